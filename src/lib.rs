@@ -1,0 +1,21 @@
+//! brain: a local-first LLM chat server whose sessions are append-only event logs.
+//!
+//! # Layout
+//!
+//! The crate is a functional core in an imperative shell (see `ARCHITECTURE.md`):
+//!
+//! - [`session::events`]: the event kinds and their payloads, as Rust types. Pure.
+//! - [`session::store`]: the SQLite event log: migrations, pragmas, the one writer
+//!   connection (appends with `BEGIN IMMEDIATE`), the reader pool, reads and deletes. The
+//!   only module that issues SQL.
+//! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
+//! - [`config`]: named limits and defaults.
+//! - [`cli`]: the command line (raw arguments) and what each command does.
+//!
+//! The binary (`src/main.rs`) only parses arguments, runs a command and maps errors to an
+//! exit code.
+
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod session;

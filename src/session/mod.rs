@@ -1,0 +1,12 @@
+//! Sessions: the event log and what is computed from it.
+//!
+//! - [`events`]: event kinds and payloads (pure types).
+//! - [`store`]: the SQLite log (the only place that issues SQL).
+//!
+//! **Architecture invariant:** nothing in `session` knows about HTTP or providers.
+
+pub mod events;
+pub mod store;
+
+pub use events::{Decoded, Event, Payload, SessionId};
+pub use store::{SessionRow, Store, StoreError, StoreOptions, SyncMode};

@@ -1,0 +1,139 @@
+//! The read side: reader connections from the pool, each read in one transaction so it
+//! sees one snapshot of the log.
+
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use super::{Result, SessionRow, Store, StoreError};
+use crate::session::events::{Decoded, Event, Payload, SessionId, kind};
+
+/// Maps a `SELECT id, title, archived, system, created_at, updated_at` row.
+pub(super) fn session_row(r: &Row<'_>) -> rusqlite::Result<Result<SessionRow>> {
+    let id: String = r.get(0)?;
+    let parsed = id
+        .parse::<SessionId>()
+        .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")));
+    Ok(parsed.and_then(|id| {
+        Ok(SessionRow {
+            id,
+            title: r.get(1)?,
+            archived: r.get(2)?,
+            system: r.get(3)?,
+            created_at: r.get(4)?,
+            updated_at: r.get(5)?,
+        })
+    }))
+}
+
+fn event_row(r: &Row<'_>) -> rusqlite::Result<Event> {
+    Ok(Event {
+        seq: r.get(0)?,
+        kind: r.get(1)?,
+        payload: r.get(2)?,
+        created_at: r.get(3)?,
+    })
+}
+
+impl Store {
+    /// A session's cache row.
+    pub fn session(&self, id: SessionId) -> Result<SessionRow> {
+        let conn = self.reader()?;
+        conn.prepare_cached(
+            "SELECT id, title, archived, system, created_at, updated_at
+             FROM sessions WHERE id = ?1",
+        )?
+        .query_row([id.to_string()], session_row)
+        .optional()?
+        .ok_or(StoreError::SessionNotFound(id))?
+    }
+
+    /// A session's events with `seq > after_seq`, oldest first, at most `limit` of them
+    /// (all when `None`).
+    pub fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
+        let mut conn = self.reader()?;
+        let tx = conn.transaction()?;
+        require_session(&tx, id)?;
+        let events = events_after(&tx, id, after_seq, limit)?;
+        tx.finish()?;
+        Ok(events)
+    }
+
+    /// What the LLM context needs (SPEC §4 step 1): `session_started`, then every event
+    /// after the newest compaction's boundary (the compaction itself among them). Without a
+    /// compaction, the whole log.
+    pub fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
+        let mut conn = self.reader()?;
+        let tx = conn.transaction()?;
+        require_session(&tx, id)?;
+        let boundary = newest_compaction_boundary(&tx, id)?;
+        let mut events = Vec::new();
+        if boundary > 0 {
+            events.extend(events_after(&tx, id, 0, Some(1))?);
+        }
+        events.extend(events_after(&tx, id, boundary, None)?);
+        tx.finish()?;
+        Ok(events)
+    }
+
+    /// Every session id, oldest first (tests and export).
+    pub fn session_ids(&self) -> Result<Vec<SessionId>> {
+        let conn = self.reader()?;
+        let mut stmt = conn.prepare_cached("SELECT id FROM sessions ORDER BY created_at, id")?;
+        let ids: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))
+            })
+            .collect()
+    }
+}
+
+fn require_session(conn: &Connection, id: SessionId) -> Result<()> {
+    let exists: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+        .query_row([id.to_string()], |r| r.get(0))?;
+    if exists {
+        Ok(())
+    } else {
+        Err(StoreError::SessionNotFound(id))
+    }
+}
+
+fn events_after(
+    conn: &Connection,
+    id: SessionId,
+    after_seq: u64,
+    limit: Option<u32>,
+) -> Result<Vec<Event>> {
+    let limit = limit.map_or(-1, i64::from);
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, payload, created_at FROM session_events
+         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(
+        rusqlite::params![id.to_string(), after_seq, limit],
+        event_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The newest decodable compaction's `replaces_through_seq`, 0 without one. An unreadable
+/// compaction is passed over, as the projection skips it.
+fn newest_compaction_boundary(conn: &Connection, id: SessionId) -> Result<u64> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT payload FROM session_events
+         WHERE session_id = ?1 AND kind = ?2 ORDER BY seq DESC",
+    )?;
+    let mut rows = stmt.query(rusqlite::params![id.to_string(), kind::COMPACTION_APPLIED])?;
+    while let Some(row) = rows.next()? {
+        let payload: String = row.get(0)?;
+        if let Decoded::Known(Payload::CompactionApplied(c)) =
+            Payload::decode(kind::COMPACTION_APPLIED, &payload)
+        {
+            return Ok(c.replaces_through_seq);
+        }
+    }
+    Ok(0)
+}

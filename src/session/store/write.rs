@@ -1,0 +1,167 @@
+//! The write side: everything here runs inside one `BEGIN IMMEDIATE` transaction on the
+//! writer connection (see [`Store::write`]).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Result, SessionRow, Store, StoreError};
+use crate::clock::Clock;
+use crate::session::events::{CacheEffect, Event, Payload, SessionId, SessionStarted};
+
+/// The open write transaction, handed to the closure given to [`Store::write`].
+pub struct Writer<'a> {
+    conn: &'a Connection,
+    clock: &'a Clock,
+}
+
+impl<'a> Writer<'a> {
+    pub(super) fn new(conn: &'a Connection, clock: &'a Clock) -> Writer<'a> {
+        Writer { conn, clock }
+    }
+
+    /// Creates a session and its `session_started` event (seq 1) together.
+    pub fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
+        let id = SessionId::generate();
+        let now = self.clock.now_string();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
+            )?
+            .execute(params![id.to_string(), title, system, now])?;
+        let started = Payload::SessionStarted(SessionStarted { title, system });
+        self.insert_event(id, started.kind(), &started.to_json(), &now)?;
+        self.session(id)
+    }
+
+    /// Appends one event with the next seq, updating the session's cache row.
+    /// `session_started` is refused: only [`Writer::create_session`] writes it.
+    pub fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
+        if matches!(payload, Payload::SessionStarted(_)) {
+            return Err(StoreError::Refused(
+                "session_started is written only when a session is created",
+            ));
+        }
+        self.require_session(id)?;
+        let now = self.clock.now_string();
+        let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+        self.apply_cache_effect(id, &payload.cache_effect(), &now)?;
+        Ok(event)
+    }
+
+    /// The session's cache row, as of this transaction.
+    pub fn session(&self, id: SessionId) -> Result<SessionRow> {
+        self.conn
+            .prepare_cached(
+                "SELECT id, title, archived, system, created_at, updated_at
+                 FROM sessions WHERE id = ?1",
+            )?
+            .query_row([id.to_string()], super::read::session_row)
+            .optional()?
+            .ok_or(StoreError::SessionNotFound(id))?
+    }
+
+    /// The session's newest seq (0 if it has no events, which a valid session never does).
+    pub fn last_seq(&self, id: SessionId) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = ?1",
+            )?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+
+    /// Deletes a whole session: its events (and, through the trigger, their search index
+    /// rows) and its cache row. Ledger rows stay. The only removal I1 allows.
+    pub fn delete_session(&mut self, id: SessionId) -> Result<()> {
+        self.require_session(id)?;
+        let key = id.to_string();
+        self.conn
+            .prepare_cached("DELETE FROM session_events WHERE session_id = ?1")?
+            .execute([&key])?;
+        self.conn
+            .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
+            .execute([&key])?;
+        Ok(())
+    }
+
+    fn require_session(&self, id: SessionId) -> Result<()> {
+        let exists: bool = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+            .query_row([id.to_string()], |r| r.get(0))?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::SessionNotFound(id))
+        }
+    }
+
+    /// Inserts the row with seq = the session's last + 1 and a fresh search key. Safe only
+    /// inside the writer's `BEGIN IMMEDIATE` transaction, which makes the read and the insert
+    /// one step.
+    fn insert_event(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event> {
+        let seq: u64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+                 VALUES (
+                     ?1,
+                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1),
+                     (SELECT COALESCE(MAX(id), 0) + 1 FROM session_events),
+                     ?2, ?3, ?4)
+                 RETURNING seq",
+            )?
+            .query_row(params![id.to_string(), kind, payload, created_at], |r| {
+                r.get(0)
+            })?;
+        Ok(Event {
+            seq,
+            kind: kind.to_owned(),
+            payload: payload.to_owned(),
+            created_at: created_at.to_owned(),
+        })
+    }
+
+    fn apply_cache_effect(&mut self, id: SessionId, effect: &CacheEffect, now: &str) -> Result<()> {
+        let key = id.to_string();
+        if let Some(title) = &effect.title {
+            self.conn
+                .prepare_cached("UPDATE sessions SET title = ?2 WHERE id = ?1")?
+                .execute(params![key, title])?;
+        }
+        if let Some(archived) = effect.archived {
+            self.conn
+                .prepare_cached("UPDATE sessions SET archived = ?2 WHERE id = ?1")?
+                .execute(params![key, archived])?;
+        }
+        if effect.touches_updated_at {
+            self.conn
+                .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+                .execute(params![key, now])?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Creates a session with its `session_started` event.
+    pub fn create_session(&self, title: Option<String>, system: String) -> Result<SessionRow> {
+        self.write(|w| w.create_session(title, system))
+    }
+
+    /// Appends one event (see [`Writer::append`]).
+    pub fn append(&self, id: SessionId, payload: &Payload) -> Result<Event> {
+        self.write(|w| w.append(id, payload))
+    }
+
+    /// Deletes a whole session (see [`Writer::delete_session`]).
+    pub fn delete_session(&self, id: SessionId) -> Result<()> {
+        self.write(|w| w.delete_session(id))
+    }
+}
