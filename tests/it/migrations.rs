@@ -1,0 +1,181 @@
+//! The schema: migrations applied one by one equal migrations applied at once; a database
+//! newer than the binary is refused; the PostgreSQL files mirror the SQLite ones.
+
+use std::path::Path;
+use std::process::Command;
+
+use brain::session::store::schema;
+use brain::session::{Store, StoreError, StoreOptions};
+
+use crate::support::TempDb;
+
+/// The whole schema as SQLite stores it: every object's type, name and SQL.
+fn schema_of(path: &Path) -> Vec<(String, String, String)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT type, name, COALESCE(sql, '') FROM sqlite_master
+             WHERE name != 'refinery_schema_history' ORDER BY type, name",
+        )
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn migrating_step_by_step_gives_the_same_schema_as_a_fresh_database() {
+    let fresh = TempDb::new();
+    drop(fresh.open());
+
+    let stepped = TempDb::new();
+    for v in schema::versions() {
+        let mut conn = rusqlite::Connection::open(stepped.path()).unwrap();
+        let applied = schema::migrate_to(&mut conn, Some(v)).unwrap();
+        assert_eq!(applied, 1, "version {v} applied on its own");
+        assert_eq!(schema::current_version(&conn).unwrap(), v);
+    }
+    drop(stepped.open()); // opening a current database applies nothing more
+
+    assert_eq!(schema_of(&fresh.path()), schema_of(&stepped.path()));
+    assert!(schema_of(&fresh.path()).len() > 5);
+}
+
+#[test]
+fn opening_twice_applies_nothing_the_second_time() {
+    let db = TempDb::new();
+    drop(db.open());
+    let mut conn = db.raw();
+    assert_eq!(schema::migrate(&mut conn).unwrap(), 0);
+    assert_eq!(
+        schema::current_version(&conn).unwrap(),
+        schema::latest_version()
+    );
+}
+
+fn mark_newer(db: &TempDb) -> i64 {
+    let newer = schema::latest_version() + 1;
+    db.raw()
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES (?1, 'from_the_future', '2030-01-01T00:00:00Z', '0')",
+            [newer],
+        )
+        .unwrap();
+    newer
+}
+
+#[test]
+fn a_database_newer_than_the_binary_is_refused_with_a_clear_error() {
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    drop(store);
+    let newer = mark_newer(&db);
+    let err = match Store::open(&db.path(), StoreOptions::default()) {
+        Err(e) => e,
+        Ok(_) => panic!("a newer database was opened"),
+    };
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found, supported }
+            if found == newer && supported == schema::latest_version()),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("newer") && text.contains(&newer.to_string()),
+        "{text}"
+    );
+    // Nothing was touched.
+    let n: i64 = db
+        .raw()
+        .query_row(
+            "SELECT COUNT(*) FROM session_events WHERE session_id = ?1",
+            [id.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn brain_migrate_creates_the_database_and_refuses_a_newer_one() {
+    let db = TempDb::new();
+    let nested = db.dir.path().join("a").join("b").join("brain.db");
+    let ok = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .args(["migrate", "--db"])
+        .arg(&nested)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        out.contains(&format!("version {}", schema::latest_version())),
+        "{out}"
+    );
+    assert!(nested.exists());
+
+    // BRAIN_DB works as well as --db.
+    drop(db.open());
+    let newer = mark_newer(&db);
+    let refused = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("migrate")
+        .env("BRAIN_DB", db.path())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("newer") && err.contains(&newer.to_string()),
+        "{err}"
+    );
+}
+
+fn migration_files(dialect: &str) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(dialect);
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn postgres_migrations_are_kept_in_step_file_for_file() {
+    let sqlite = migration_files("sqlite");
+    assert_eq!(sqlite, migration_files("postgres"));
+    assert_eq!(sqlite.len(), schema::versions().len());
+}
+
+#[test]
+fn sqlite_tables_and_columns_are_the_declared_ones() {
+    let db = TempDb::new();
+    drop(db.open());
+    let cols = schema::table_columns(&db.raw()).unwrap();
+    for expected in [
+        "sessions.id",
+        "sessions.updated_at",
+        "session_events.seq",
+        "session_events.id",
+        "session_events.search_text",
+        "ledger.purpose",
+    ] {
+        assert!(
+            cols.iter().any(|c| c == expected),
+            "{expected} missing from {cols:?}"
+        );
+    }
+    assert!(
+        !cols.iter().any(|c| c.starts_with("session_search")),
+        "{cols:?}"
+    );
+    assert!(!cols.iter().any(|c| c.starts_with("refinery")), "{cols:?}");
+}
