@@ -1,13 +1,18 @@
 //! The `brain` binary: parse arguments, run the command, map errors to an exit code.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = brain::cli::Cli::parse();
-    match brain::cli::run(cli) {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = brain::cli::run(cli, &mut out).and_then(|()| Ok(out.flush()?));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("brain: {e}");
             ExitCode::FAILURE

@@ -1,11 +1,15 @@
 //! Sessions: the event log and what is computed from it.
 //!
 //! - [`events`]: event kinds and payloads (pure types).
+//! - [`cursor`]: the session list's keyset cursor and archived filter (pure).
+//! - [`search`]: plain-text queries and highlighted snippets (pure).
 //! - [`store`]: the SQLite log (the only place that issues SQL).
 //!
 //! **Architecture invariant:** nothing in `session` knows about HTTP or providers.
 
+pub mod cursor;
 pub mod events;
+pub mod search;
 pub mod store;
 
 pub use events::{Decoded, Event, Payload, SessionId};

@@ -1,7 +1,11 @@
 //! brain's integration tests, built as one binary (one link step on a 2-core machine).
 //! Each module tests one edge for real: a real SQLite file, a real child process.
 
+mod cli;
 mod crash;
+mod ledger;
+mod listing;
 mod migrations;
+mod search;
 mod store;
 mod support;

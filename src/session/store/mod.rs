@@ -10,6 +10,8 @@
 //!
 //! **Architecture invariant:** this is the only module that issues SQL.
 
+pub mod ledger;
+pub mod list;
 mod read;
 pub mod schema;
 mod write;
@@ -20,6 +22,8 @@ use std::sync::{Mutex, PoisonError};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, TransactionBehavior};
 
+pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
+pub use list::{ListQuery, SearchHit, SearchQuery, SessionPage, Syntax};
 pub use write::Writer;
 
 use super::events::SessionId;
@@ -36,6 +40,8 @@ pub enum StoreError {
          (up to version {supported}); run a newer brain"
     )]
     SchemaTooNew { found: i64, supported: i64 },
+    #[error("bad search query: {0}")]
+    BadQuery(String),
     #[error("refused: {0}")]
     Refused(&'static str),
     #[error("cannot open database {path}: {source}")]

@@ -5,7 +5,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
-use crate::session::events::{CacheEffect, Event, Payload, SessionId, SessionStarted};
+use crate::session::events::{
+    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
+    TitledBy,
+};
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
 pub struct Writer<'a> {
@@ -16,6 +19,36 @@ pub struct Writer<'a> {
 impl<'a> Writer<'a> {
     pub(super) fn new(conn: &'a Connection, clock: &'a Clock) -> Writer<'a> {
         Writer { conn, clock }
+    }
+
+    pub(super) fn conn(&self) -> &Connection {
+        self.conn
+    }
+
+    pub(super) fn clock(&self) -> &Clock {
+        self.clock
+    }
+
+    /// Renames a session (a `session_titled` event). Setting the title it already has
+    /// writes nothing.
+    pub fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        let row = self.session(id)?;
+        if row.title.as_deref() == Some(title.as_str()) {
+            return Ok(row);
+        }
+        self.append(id, &Payload::SessionTitled(SessionTitled { title, by }))?;
+        self.session(id)
+    }
+
+    /// Archives or unarchives a session (a `session_archived` event). Asking for the state
+    /// it is already in writes nothing.
+    pub fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        let row = self.session(id)?;
+        if row.archived == archived {
+            return Ok(row);
+        }
+        self.append(id, &Payload::SessionArchived(SessionArchived { archived }))?;
+        self.session(id)
     }
 
     /// Creates a session and its `session_started` event (seq 1) together.
@@ -158,6 +191,16 @@ impl Store {
     /// Appends one event (see [`Writer::append`]).
     pub fn append(&self, id: SessionId, payload: &Payload) -> Result<Event> {
         self.write(|w| w.append(id, payload))
+    }
+
+    /// Renames a session (see [`Writer::rename`]).
+    pub fn rename(&self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        self.write(|w| w.rename(id, title, by))
+    }
+
+    /// Archives or unarchives a session (see [`Writer::set_archived`]).
+    pub fn set_archived(&self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        self.write(|w| w.set_archived(id, archived))
     }
 
     /// Deletes a whole session (see [`Writer::delete_session`]).

@@ -1,0 +1,197 @@
+//! The command line: raw arguments (clap) and what each command does.
+//!
+//! Errors are returned as [`CliError`]; `main` prints them and picks the exit code.
+//! Output goes to a writer given by `main`, so a closed pipe (`brain … | head`) is an
+//! ordinary error, not a panic.
+
+mod sessions;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config;
+use crate::session::cursor::ArchivedFilter;
+use crate::session::events::BadSessionId;
+use crate::session::store::schema;
+use crate::session::{Store, StoreError, StoreOptions, SyncMode};
+
+/// brain: a local LLM chat server whose sessions survive anything.
+#[derive(Debug, Parser)]
+#[command(name = "brain", version, about, long_about = None)]
+pub struct Cli {
+    /// The database file [default: the platform data directory's brain/brain.db]
+    #[arg(long, env = "BRAIN_DB", global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+
+    /// How hard a commit waits for the disk: `full` survives power loss, `normal` only a
+    /// crash of brain itself
+    #[arg(long, env = "BRAIN_SYNC", global = true, value_enum, default_value_t = SyncArg::Full)]
+    pub sync: SyncArg,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncArg {
+    Full,
+    Normal,
+}
+
+impl From<SyncArg> for SyncMode {
+    fn from(s: SyncArg) -> SyncMode {
+        match s {
+            SyncArg::Full => SyncMode::Full,
+            SyncArg::Normal => SyncMode::Normal,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ArchivedArg {
+    Exclude,
+    Include,
+    Only,
+}
+
+impl From<ArchivedArg> for ArchivedFilter {
+    fn from(a: ArchivedArg) -> ArchivedFilter {
+        match a {
+            ArchivedArg::Exclude => ArchivedFilter::Exclude,
+            ArchivedArg::Include => ArchivedFilter::Include,
+            ArchivedArg::Only => ArchivedFilter::Only,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the database if needed, apply its migrations, and exit
+    Migrate,
+    /// History from the terminal: list, show and search sessions
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, most recently active first
+    List {
+        /// Only sessions whose title or messages contain all these words (archived
+        /// sessions included unless --archived says otherwise)
+        #[arg(long, short)]
+        query: Option<String>,
+        /// Which sessions to show by their archived flag [default: exclude, or include
+        /// with --query]
+        #[arg(long, value_enum)]
+        archived: Option<ArchivedArg>,
+        /// At most this many sessions [default: all]
+        #[arg(long)]
+        limit: Option<u32>,
+        /// One JSON array instead of lines of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one session's events
+    Show {
+        /// The session id
+        id: String,
+        /// JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search messages, answers, summaries and titles
+    Search {
+        /// Words to find, all of which must match
+        #[arg(required = true, num_args = 1..)]
+        query: Vec<String>,
+        /// Treat the query as FTS5 syntax (AND, OR, NOT, "phrases", prefix*, NEAR)
+        #[arg(long)]
+        fts: bool,
+        /// At most this many hits
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: u32,
+        /// Skip this many hits (paging)
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        /// JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    BadSessionId(#[from] BadSessionId),
+    #[error(
+        "no default database location on this system (no home directory); pass --db PATH \
+         or set BRAIN_DB"
+    )]
+    NoDataDir,
+    #[error("cannot create the directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// A closed output pipe (`brain … | head`): the reader has what it wanted.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// Runs a parsed command line, writing its output to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
+    let sync = cli.sync.into();
+    match cli.command {
+        Command::Migrate => migrate(cli.db, sync, out),
+        Command::Sessions(cmd) => sessions::run(&open_store(cli.db, sync)?, cmd, out),
+    }
+}
+
+/// The database path from `--db`/`BRAIN_DB` or the default, its directory created.
+pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    let path = match db {
+        Some(p) => p,
+        None => config::default_db_path().ok_or(CliError::NoDataDir)?,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    Ok(path)
+}
+
+fn open_store(db: Option<PathBuf>, sync: SyncMode) -> Result<Store, CliError> {
+    let path = resolve_db_path(db)?;
+    Ok(Store::open(
+        &path,
+        StoreOptions {
+            sync,
+            ..StoreOptions::default()
+        },
+    )?)
+}
+
+fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(), CliError> {
+    let store = open_store(db, sync)?;
+    writeln!(
+        out,
+        "{}: schema at version {}",
+        store.path().display(),
+        schema::latest_version()
+    )?;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `brain sessions list|show|search` as a user runs them: the real binary on a real file.
+
+use std::process::{Command, Output};
+
+use brain::session::events::TitledBy;
+use serde_json::Value;
+
+use crate::support::*;
+
+fn brain(db: &TempDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn list_show_and_search_from_the_terminal() {
+    let db = TempDb::new();
+    let store = db.open();
+    let a = store
+        .create_session(Some("Heron notes".into()), "sys".into())
+        .unwrap()
+        .id;
+    store
+        .append(a, &user("herons stand still in shallow water"))
+        .unwrap();
+    let b = store.create_session(None, String::new()).unwrap().id;
+    store.append(b, &user("egrets and a heron")).unwrap();
+    store.rename(b, "Egrets".into(), TitledBy::Auto).unwrap();
+    store.set_archived(b, true).unwrap();
+    drop(store);
+
+    let list = stdout_ok(&brain(&db, &["sessions", "list"]));
+    assert!(
+        list.contains(&a.to_string()) && list.contains("Heron notes"),
+        "{list}"
+    );
+    assert!(
+        !list.contains(&b.to_string()),
+        "archived sessions are hidden by default"
+    );
+
+    let json: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "list", "--json", "--archived", "include"],
+    )))
+    .unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["id"], b.to_string(), "newest activity first");
+    assert_eq!(rows[0]["title"], "Egrets");
+    assert_eq!(rows[0]["archived"], true);
+
+    let found: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "list", "--query", "egrets", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(found.as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(
+        found[0]["id"],
+        b.to_string(),
+        "a query includes archived sessions"
+    );
+
+    let shown: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "show", &b.to_string(), "--json"],
+    )))
+    .unwrap();
+    assert_eq!(shown["session"]["title"], "Egrets");
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_started",
+            "user_message",
+            "session_titled",
+            "session_archived"
+        ]
+    );
+    assert_eq!(shown["events"][1]["payload"]["text"], "egrets and a heron");
+    let text = stdout_ok(&brain(&db, &["sessions", "show", &b.to_string()]));
+    assert!(
+        text.contains("session_titled") && text.contains("[archived]"),
+        "{text}"
+    );
+
+    let hits = stdout_ok(&brain(&db, &["sessions", "search", "heron"]));
+    assert!(hits.contains("**heron**"), "{hits}");
+    let hits: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "search", "--json", "shallow", "water"],
+    )))
+    .unwrap();
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1);
+    assert_eq!(hits["hits"][0]["title"], "Heron notes");
+    assert_eq!(hits["hits"][0]["highlights"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_ids_bad_queries_and_unknown_sessions_are_clear_errors() {
+    let db = TempDb::new();
+    drop(db.open());
+    let cases: [(&[&str], &str); 4] = [
+        (&["sessions", "show", "not-an-id"], "not a session id"),
+        (
+            &["sessions", "show", "0192e4a0-7b1c-7d3e-8f00-123456789abc"],
+            "not found",
+        ),
+        (
+            &["sessions", "search", "--fts", "NEAR("],
+            "bad search query",
+        ),
+        (&["sessions", "search", "--fts", "AND"], "bad search query"),
+    ];
+    for (args, expected) in cases {
+        let out = brain(&db, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let plain = brain(&db, &["sessions", "search", "NEAR(", "\"oops"]);
+    assert!(stdout_ok(&plain).contains("no matches"));
+}
