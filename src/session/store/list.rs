@@ -1,6 +1,7 @@
 //! Listing sessions (keyset pages) and searching messages (FTS5).
 
-use rusqlite::{Connection, ErrorCode, params};
+use rusqlite::types::Value;
+use rusqlite::{Connection, ErrorCode, params, params_from_iter};
 
 use super::read::session_row;
 use super::{Result, SessionRow, Store, StoreError};
@@ -66,16 +67,44 @@ pub struct SearchHit {
     pub created_at: String,
 }
 
-// Four fixed statements rather than SQL assembled at run time: with or without a cursor,
-// with or without a text query. The archived filter is a range of the 0/1 column.
-const LIST_FIRST: &str = "SELECT id, title, archived, system, created_at, updated_at
-    FROM sessions WHERE archived BETWEEN ?1 AND ?2
-    ORDER BY updated_at DESC, id DESC LIMIT ?3";
-const LIST_AFTER: &str = "SELECT id, title, archived, system, created_at, updated_at
-    FROM sessions WHERE archived BETWEEN ?1 AND ?2 AND (updated_at, id) < (?4, ?5)
-    ORDER BY updated_at DESC, id DESC LIMIT ?3";
-const MATCHING: &str = "id IN (SELECT e.session_id FROM session_search
-    JOIN session_events e ON e.id = session_search.rowid WHERE session_search MATCH ?6)";
+/// The list statement for one query: fixed fragments only (every value a client sends is
+/// a bound parameter), chosen so each shape seeks the keyset index and reads it in order:
+/// `archived = ?` (not a range) lets `sessions_archived_keyset` serve the ORDER BY.
+fn list_statement(
+    filter: ArchivedFilter,
+    before: Option<&Cursor>,
+    fts: Option<&str>,
+    fetch: i64,
+) -> (String, Vec<Value>) {
+    let mut sql = String::from(
+        "SELECT id, title, archived, system, created_at, updated_at FROM sessions WHERE TRUE",
+    );
+    let mut args = Vec::new();
+    match filter {
+        ArchivedFilter::Exclude => args.push(Value::Integer(0)),
+        ArchivedFilter::Only => args.push(Value::Integer(1)),
+        ArchivedFilter::Include => {}
+    }
+    if filter != ArchivedFilter::Include {
+        sql.push_str(" AND archived = ?");
+    }
+    if let Some(c) = before {
+        sql.push_str(" AND (updated_at, id) < (?, ?)");
+        args.push(Value::Text(c.updated_at.clone()));
+        args.push(Value::Text(c.id.to_string()));
+    }
+    if let Some(expr) = fts {
+        sql.push_str(
+            " AND id IN (SELECT e.session_id FROM session_search
+              JOIN session_events e ON e.id = session_search.rowid
+              WHERE session_search MATCH ?)",
+        );
+        args.push(Value::Text(expr.to_owned()));
+    }
+    sql.push_str(" ORDER BY updated_at DESC, id DESC LIMIT ?");
+    args.push(Value::Integer(fetch));
+    (sql, args)
+}
 
 impl Store {
     /// A page of sessions, newest first by `(updated_at, id)`.
@@ -93,26 +122,12 @@ impl Store {
                 next: None,
             });
         }
-        let (lo, hi) = filter.archived_range();
         let fetch = i64::from(q.limit) + 1; // one more than asked: are there more?
-        let (at, id) = match &q.before {
-            Some(c) => (Some(c.updated_at.as_str()), Some(c.id.to_string())),
-            None => (None, None),
-        };
-        let sql = match (&q.before, &fts) {
-            (None, None) => LIST_FIRST.to_owned(),
-            (Some(_), None) => LIST_AFTER.to_owned(),
-            (None, Some(_)) => with_match(LIST_FIRST),
-            (Some(_), Some(_)) => with_match(LIST_AFTER),
-        };
+        let (sql, args) = list_statement(filter, q.before.as_ref(), fts.as_deref(), fetch);
         let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(&sql)?;
         let mut rows = Vec::new();
-        let mut bind = params![lo, hi, fetch, at, id, fts].to_vec();
-        // Each statement uses a prefix of the parameters; bind exactly those it names.
-        bind.truncate(stmt.parameter_count());
-        let mapped = stmt.query_map(bind.as_slice(), session_row)?;
-        for row in mapped {
+        for row in stmt.query_map(params_from_iter(args), session_row)? {
             rows.push(row??);
         }
         let more = rows.len() > q.limit as usize;
@@ -148,10 +163,6 @@ impl Store {
             Syntax::Plain => e,
         })
     }
-}
-
-fn with_match(base: &str) -> String {
-    base.replacen("ORDER BY", &format!("AND {MATCHING} ORDER BY"), 1)
 }
 
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
@@ -218,13 +229,40 @@ fn as_bad_query(e: StoreError) -> StoreError {
 mod tests {
     use super::*;
 
-    /// The columns `session_row` maps, in its order.
-    const COLUMNS: &str = "id, title, archived, system, created_at, updated_at";
-
+    /// Every shape of the list statement, on a real schema: it prepares and seeks an index;
+    /// without a text query it needs no sort (the keyset is read in order). With one, the
+    /// planner may start from the matches and sort those, which is bounded by the matches.
     #[test]
-    fn list_statements_name_the_columns_they_map() {
-        assert!(LIST_FIRST.contains(COLUMNS) && LIST_AFTER.contains(COLUMNS));
-        let sql = with_match(LIST_AFTER);
-        assert!(sql.find("MATCH ?6)") < sql.find("ORDER BY"), "{sql}");
+    fn every_list_statement_reads_an_index_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
+        let conn = store.reader().unwrap();
+        let cursor = Cursor {
+            updated_at: "2026-11-30T00:00:00.000000Z".into(),
+            id: SessionId::generate(),
+        };
+        for filter in [
+            ArchivedFilter::Exclude,
+            ArchivedFilter::Include,
+            ArchivedFilter::Only,
+        ] {
+            for before in [None, Some(&cursor)] {
+                for fts in [None, Some("\"x\"")] {
+                    let (sql, args) = list_statement(filter, before, fts, 10);
+                    let plan: Vec<String> = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                        .unwrap()
+                        .query_map(params_from_iter(args), |r| r.get(3))
+                        .unwrap()
+                        .collect::<Result<_, _>>()
+                        .unwrap();
+                    let plan = plan.join("; ");
+                    assert!(plan.contains("USING"), "{sql}: {plan}");
+                    if fts.is_none() {
+                        assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+                    }
+                }
+            }
+        }
     }
 }
