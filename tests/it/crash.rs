@@ -17,6 +17,7 @@ use crate::support::assert_gapless;
 const CHILD_DB_VAR: &str = "BRAIN_TEST_CRASH_CHILD_DB";
 const KILLS: usize = 24;
 const SESSIONS: usize = 3;
+const WRITER_THREADS: usize = 3;
 
 /// A message body whose integrity can be checked from the text alone:
 /// `<len>:<seed>:` then `len` bytes derived from the seed.
@@ -51,8 +52,22 @@ fn crash_child_appends_until_killed() {
     while ids.len() < SESSIONS {
         ids.push(store.create_session(None, "sys".into()).unwrap().id);
     }
+    // Several writer threads, so kills also land while a group commit is collecting.
+    let store = std::sync::Arc::new(store);
+    let writers: Vec<_> = (0..WRITER_THREADS)
+        .map(|t| {
+            let (store, ids) = (std::sync::Arc::clone(&store), ids.clone());
+            std::thread::spawn(move || append_forever(&store, &ids, seed_now() + t as u64))
+        })
+        .collect();
+    for w in writers {
+        let _ = w.join();
+    }
+}
+
+fn append_forever(store: &Store, ids: &[SessionId], seed: u64) {
     let stdout = std::io::stdout();
-    let mut rng = seed_now();
+    let mut rng = seed | 1;
     loop {
         rng = next(rng);
         let id = ids[(rng % SESSIONS as u64) as usize];

@@ -478,3 +478,61 @@ fn search_index_covers_messages_answers_partials_summaries_and_titles_only() {
         assert_eq!(fts_matches(&db, word), 0, "{word}");
     }
 }
+
+#[test]
+fn failing_and_panicking_writers_in_a_group_leave_the_others_committed() {
+    let db = TempDb::new();
+    let store = Arc::new(db.open());
+    let id = store.create_session(None, String::new()).unwrap().id;
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            thread::spawn(move || {
+                let mut kept = Vec::new();
+                for i in 0..30 {
+                    let text = format!("t{t} i{i}");
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        store.write(|w| {
+                            let e = w.append(id, &user(&text))?;
+                            match i % 6 {
+                                1 => Err(StoreError::Refused("this write fails")),
+                                4 => panic!("this write panics"),
+                                _ => Ok(e.seq),
+                            }
+                        })
+                    }));
+                    match outcome {
+                        Ok(Ok(seq)) => kept.push((seq, text)),
+                        Ok(Err(StoreError::Refused(_))) => assert_eq!(i % 6, 1),
+                        Ok(Err(other)) => panic!("unexpected {other:?}"),
+                        Err(_) => assert_eq!(i % 6, 4),
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let kept: Vec<(u64, String)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(kept.len(), 8 * 20);
+    let events = store.events(id, 1, None).unwrap();
+    assert_eq!(
+        events.len(),
+        kept.len(),
+        "only the writes that returned Ok stand"
+    );
+    let mut all: Vec<u64> = vec![1];
+    all.extend(events.iter().map(|e| e.seq));
+    assert_gapless(&all);
+    for (seq, text) in &kept {
+        let e = &events[(*seq - 2) as usize];
+        assert_eq!(e.decode(), Decoded::Known(user(text)), "seq {seq}");
+    }
+    // The lane still works after all that.
+    assert_eq!(
+        store.append(id, &user("after")).unwrap().seq,
+        kept.len() as u64 + 2
+    );
+}

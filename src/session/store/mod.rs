@@ -1,15 +1,16 @@
 //! The SQLite event log (SPEC §3).
 //!
-//! One [`Store`] owns one database file: a single writer connection behind a mutex, so
-//! concurrent appenders queue fairly (SQLite's own busy handler starves writers, see
-//! FACTS.md), and a pool of reader connections that never block on it (WAL). Every write
-//! goes through [`Store::write`], one `BEGIN IMMEDIATE` transaction in which `seq` is
-//! allocated and the `sessions` cache row is updated, so the cache can never disagree with
-//! the log. Read-then-write steps (the one-turn check, compaction's compare-and-append) run
+//! One [`Store`] owns one database file: a single writer connection that concurrent
+//! writers queue for in arrival order and that commits them in groups ([`lane`]; SQLite's
+//! own busy handler starves competing writer connections, see FACTS.md), and a pool of
+//! reader connections that never block on it (WAL). Every write goes through
+//! [`Store::write`], inside a `BEGIN IMMEDIATE` transaction in which `seq` is allocated and
+//! the `sessions` cache row is updated, so the cache can never disagree with the log. Read-then-write steps (the one-turn check, compaction's compare-and-append) run
 //! inside [`Store::write`] too.
 //!
 //! **Architecture invariant:** this is the only module that issues SQL.
 
+mod lane;
 pub mod ledger;
 pub mod list;
 mod read;
@@ -17,10 +18,9 @@ pub mod schema;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, SearchHit, SearchQuery, SessionPage, Syntax};
@@ -42,6 +42,8 @@ pub enum StoreError {
     SchemaTooNew { found: i64, supported: i64 },
     #[error("bad search query: {0}")]
     BadQuery(String),
+    #[error("the commit failed, nothing was written: {0}")]
+    CommitFailed(String),
     #[error("refused: {0}")]
     Refused(&'static str),
     #[error("cannot open database {path}: {source}")]
@@ -111,7 +113,7 @@ pub struct SessionRow {
 
 /// The event log in one SQLite file.
 pub struct Store {
-    writer: Mutex<Connection>,
+    writer: lane::WriterLane,
     readers: r2d2::Pool<SqliteConnectionManager>,
     clock: Clock,
     path: PathBuf,
@@ -136,7 +138,7 @@ impl Store {
             .connection_timeout(config::READER_WAIT)
             .build(manager)?;
         Ok(Store {
-            writer: Mutex::new(writer),
+            writer: lane::WriterLane::new(writer),
             readers,
             clock: options.clock,
             path: path.to_owned(),
@@ -153,17 +155,13 @@ impl Store {
         &self.clock
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection: committed if
-    /// `f` returns `Ok`, rolled back otherwise. Writers queue here, in arrival order.
+    /// Runs `f` on the writer connection, inside a `BEGIN IMMEDIATE` transaction that is
+    /// committed before this returns `Ok` (see [`lane`]: concurrent writers share one
+    /// commit). If `f` fails, everything it wrote is rolled back and its error returned.
+    /// Writers are served in arrival order. `f` must not call `write` itself.
     pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
-        // A panic while holding the lock dropped (rolled back) its transaction, so the
-        // connection is still consistent: take it back rather than fail every later write.
-        let mut conn = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut writer = Writer::new(&tx, &self.clock);
-        let out = f(&mut writer)?;
-        tx.commit()?;
-        Ok(out)
+        self.writer
+            .write(|conn| f(&mut Writer::new(conn, &self.clock)))
     }
 
     /// A reader connection from the pool.
