@@ -8,6 +8,9 @@
 //! - [`session::store`]: the SQLite event log: migrations, pragmas, the one writer
 //!   connection (appends with `BEGIN IMMEDIATE`), the reader pool, reads and deletes. The
 //!   only module that issues SQL.
+//! - [`session::projection`]: the LLM context and the UI transcript, pure functions of
+//!   the events.
+//! - [`tokens`]: the token estimate (tiktoken o200k_base), cached by content.
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
 //! - [`config`]: named limits and defaults.
 //! - [`cli`]: the command line (raw arguments) and what each command does.
@@ -19,3 +22,4 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod session;
+pub mod tokens;

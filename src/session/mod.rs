@@ -9,6 +9,7 @@
 
 pub mod cursor;
 pub mod events;
+pub mod projection;
 pub mod search;
 pub mod store;
 

@@ -1,0 +1,319 @@
+//! The invariants of the projections as properties over generated logs: I3 at request
+//! points, alternating roles, a transcript that hides nothing, no panics, and the tail the
+//! store reads projecting like the whole log.
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+
+use super::examples::Log;
+use super::*;
+use crate::session::events::kind;
+
+/// How an attempt ends.
+#[derive(Clone, Debug)]
+enum Outcome {
+    /// Completes, after this many checkpoints.
+    Complete(u8),
+    /// Cut after this many checkpoints (at least one).
+    Interrupted(u8),
+    /// Ends with no text.
+    Failed,
+    /// The process died before any checkpoint: nothing is written.
+    Killed,
+}
+
+#[derive(Clone, Debug)]
+enum Action {
+    /// A user message and its first attempt.
+    Turn(Outcome),
+    /// Another attempt of the newest turn (retry or regenerate).
+    Retry(Outcome),
+    /// Turn memory for the newest turn's newest completed attempt, before anything else.
+    Memory,
+    /// Turn memory for some earlier turn, arriving late.
+    LateMemory(usize),
+    Tool,
+    /// A compaction through the end of one of the first messages of the context.
+    Compact(usize),
+    Title,
+    UnknownKind,
+    BadPayload,
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        4 => (0u8..3).prop_map(Outcome::Complete),
+        2 => (1u8..4).prop_map(Outcome::Interrupted),
+        1 => Just(Outcome::Failed),
+        1 => Just(Outcome::Killed),
+    ]
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        6 => outcome().prop_map(Action::Turn),
+        2 => outcome().prop_map(Action::Retry),
+        1 => Just(Action::Memory),
+        1 => (0usize..8).prop_map(Action::LateMemory),
+        1 => Just(Action::Tool),
+        1 => (0usize..8).prop_map(Action::Compact),
+        1 => Just(Action::Title),
+        1 => Just(Action::UnknownKind),
+        1 => Just(Action::BadPayload),
+    ]
+}
+
+/// A request sent to the model: the log as it was, and for which turn.
+struct RequestPoint {
+    log_len: usize,
+    turn: u64,
+    retry: bool,
+}
+
+/// Plays actions the way the turn engine would, recording every request point.
+#[derive(Default)]
+struct Sim {
+    turns: Vec<u64>,
+    attempts: HashMap<u64, u32>,
+    completed: HashMap<u64, u32>,
+    boundary: u64,
+    requests: Vec<RequestPoint>,
+}
+
+impl Sim {
+    fn run(actions: &[Action]) -> (Log, Sim) {
+        let mut log = Log::new("system prompt");
+        let mut sim = Sim::default();
+        for a in actions {
+            sim.play(&mut log, a);
+        }
+        (log, sim)
+    }
+
+    fn play(&mut self, log: &mut Log, action: &Action) {
+        match action {
+            Action::Turn(o) => {
+                let n = log.next_seq();
+                let turn = log.user(&format!("question {n}"));
+                self.turns.push(turn);
+                self.attempt(log, turn, o, false);
+            }
+            Action::Retry(o) => {
+                if let Some(&turn) = self.turns.last().filter(|t| **t > self.boundary) {
+                    self.attempt(log, turn, o, true);
+                }
+            }
+            Action::Memory => {
+                if let Some(turn) = self.turns.last() {
+                    if let Some(a) = self.completed.get(turn) {
+                        log.memory(*turn, *a, "early finding");
+                    }
+                }
+            }
+            Action::LateMemory(i) => {
+                let done: Vec<(u64, u32)> = self.completed.iter().map(|(t, a)| (*t, *a)).collect();
+                if !done.is_empty() {
+                    let (t, a) = done[i % done.len()];
+                    log.memory(t, a, "late finding");
+                }
+            }
+            Action::Tool => {
+                log.tool();
+            }
+            Action::Compact(i) => self.compact(log, *i),
+            Action::Title => {
+                log.title("a title");
+            }
+            Action::UnknownKind => {
+                log.raw("from_the_future", r#"{"turn": 1}"#);
+            }
+            Action::BadPayload => {
+                log.raw(kind::ASSISTANT_TURN, r#"{"turn": "x"}"#);
+            }
+        }
+    }
+
+    fn attempt(&mut self, log: &mut Log, turn: u64, o: &Outcome, retry: bool) {
+        let attempt = {
+            let n = self.attempts.entry(turn).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.requests.push(RequestPoint {
+            log_len: log.events.len(),
+            turn,
+            retry,
+        });
+        match o {
+            Outcome::Complete(cps) => {
+                for c in 0..*cps {
+                    log.checkpoint(turn, attempt, &format!("part{c} "));
+                }
+                log.answer(turn, attempt, &format!("answer {turn}.{attempt}"));
+                self.completed.insert(turn, attempt);
+            }
+            Outcome::Interrupted(cps) => {
+                for c in 0..*cps {
+                    log.checkpoint(turn, attempt, &format!("cut{c} "));
+                }
+            }
+            Outcome::Failed => {
+                log.failed(turn, attempt, "provider_error");
+            }
+            Outcome::Killed => {}
+        }
+    }
+
+    /// Compacts through the end of an assistant message in the first half of the current
+    /// context, as the planner would (never ending on an unanswered user message).
+    fn compact(&mut self, log: &mut Log, pick: usize) {
+        let ctx = log.context();
+        let half = ctx.messages.len() / 2;
+        let ends: Vec<u64> = ctx.messages[..half]
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .map(|m| m.last_seq)
+            .collect();
+        if let Some(&through) = ends.get(pick % ends.len().max(1)) {
+            if through > self.boundary {
+                log.compaction(&format!("summary through {through}"), through);
+                self.boundary = through;
+            }
+        }
+    }
+}
+
+fn compaction_between(events: &[Event], from: usize, to: usize) -> bool {
+    events[from..to]
+        .iter()
+        .any(|e| e.kind == kind::COMPACTION_APPLIED)
+}
+
+fn alternates(ctx: &Context) -> bool {
+    ctx.messages.windows(2).all(|w| w[0].role != w[1].role)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// I3: between two consecutive requests with no compaction between them, every message
+    /// of the first reappears byte-identical, in order, at the head of the second; a
+    /// retry's request equals its original's.
+    #[test]
+    fn prefix_stability_at_request_points(actions in proptest::collection::vec(action(), 1..40)) {
+        let (log, sim) = Sim::run(&actions);
+        let request = |p: &RequestPoint| llm_request(&log.events[..p.log_len], p.turn);
+        for pair in sim.requests.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if compaction_between(&log.events, a.log_len, b.log_len) {
+                continue;
+            }
+            let (ra, rb) = (request(a), request(b));
+            prop_assert_eq!(&ra.system, &rb.system);
+            prop_assert!(rb.messages.len() >= ra.messages.len(), "{:#?}\n{:#?}", ra, rb);
+            prop_assert_eq!(&rb.messages[..ra.messages.len()], &ra.messages[..]);
+            if b.retry {
+                prop_assert_eq!(&ra, &rb, "a retry resends its original request");
+            }
+        }
+        // A retry equals the first request of its turn, not only the one just before it.
+        let mut first: HashMap<u64, &RequestPoint> = HashMap::new();
+        for p in &sim.requests {
+            let original = *first.entry(p.turn).or_insert(p);
+            if p.retry && !compaction_between(&log.events, original.log_len, p.log_len) {
+                prop_assert_eq!(request(original), request(p));
+            }
+        }
+    }
+
+    /// Roles alternate in every projection: of every prefix of the log, and every request.
+    #[test]
+    fn roles_always_alternate(actions in proptest::collection::vec(action(), 1..30)) {
+        let (log, sim) = Sim::run(&actions);
+        for n in 1..=log.events.len() {
+            prop_assert!(alternates(&llm_context(&log.events[..n])));
+        }
+        for p in &sim.requests {
+            let r = llm_request(&log.events[..p.log_len], p.turn);
+            prop_assert!(alternates(&r));
+            prop_assert_eq!(r.messages.last().map(|m| m.role), Some(Role::User));
+        }
+    }
+
+    /// I6: the transcript holds every user message, answer, partial (one per interrupted
+    /// attempt), failure, compaction, title and tool trace, and every unreadable event.
+    #[test]
+    fn the_transcript_hides_nothing(actions in proptest::collection::vec(action(), 1..40)) {
+        let (log, _) = Sim::run(&actions);
+        let items = ui_transcript(&log.events);
+        let count = |k: &str| log.events.iter().filter(|e| e.kind == k && matches!(e.decode(), Decoded::Known(_))).count();
+        let shown = |f: fn(&ItemBody) -> bool| items.iter().filter(|i| f(&i.body)).count();
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::User { .. })), count(kind::USER_MESSAGE));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Assistant { .. })), count(kind::ASSISTANT_TURN));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Error { .. })), count(kind::TURN_FAILED));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Compaction { .. })), count(kind::COMPACTION_APPLIED));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Title { .. })), count(kind::SESSION_TITLED));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Tool(_))), count(kind::TOOL_EXECUTION));
+        let unreadable = log.events.iter().filter(|e| !matches!(e.decode(), Decoded::Known(_))).count();
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Unreadable { .. })), unreadable);
+        let mut interrupted = HashSet::new();
+        let mut completed = HashSet::new();
+        for e in &log.events {
+            match e.decode() {
+                Decoded::Known(Payload::PendingState(c)) => { interrupted.insert((c.turn, c.attempt)); }
+                Decoded::Known(Payload::AssistantTurn(a)) => { completed.insert((a.turn, a.attempt)); }
+                _ => {}
+            }
+        }
+        let partials = interrupted.difference(&completed).count();
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Interrupted { .. })), partials);
+        prop_assert!(items.windows(2).all(|w| w[0].seq < w[1].seq));
+    }
+
+    /// What the store reads (`session_started` and the events after the newest
+    /// compaction's boundary) projects exactly like the whole log.
+    #[test]
+    fn the_live_tail_projects_like_the_whole_log(actions in proptest::collection::vec(action(), 1..40)) {
+        let (log, _) = Sim::run(&actions);
+        let boundary = log.events.iter().rev().find_map(|e| match e.decode() {
+            Decoded::Known(Payload::CompactionApplied(c)) => Some(c.replaces_through_seq),
+            _ => None,
+        }).unwrap_or(0);
+        let tail: Vec<Event> = log.events.iter().filter(|e| e.seq == 1 || e.seq > boundary).cloned().collect();
+        prop_assert_eq!(llm_context(&tail), log.context());
+    }
+
+    /// Neither projection panics on any log: any kinds, any payloads, any seqs.
+    #[test]
+    fn projections_never_panic(raw in proptest::collection::vec((
+        prop_oneof![
+            Just(kind::SESSION_STARTED), Just(kind::USER_MESSAGE), Just(kind::PENDING_STATE),
+            Just(kind::ASSISTANT_TURN), Just(kind::TURN_FAILED), Just(kind::TURN_MEMORY),
+            Just(kind::COMPACTION_APPLIED), Just(kind::SESSION_TITLED), Just(kind::TOOL_EXECUTION),
+            Just("weird"),
+        ],
+        prop_oneof![
+            Just(String::from("{}")),
+            Just(String::from("not json")),
+            (0u64..6, 0u32..3, "[a-z]{0,3}", any::<bool>()).prop_map(|(t, a, s, r)| serde_json::json!({
+                "turn": t, "attempt": a, "text": s, "summary": s, "replaces_through_seq": t,
+                "tokens_before": 1, "tokens_after": 1, "model": "m", "provider": "p",
+                "code": s, "message": s, "system": s, "title": s, "by": "user",
+                "reasoning": if r { Some(s.clone()) } else { None },
+                "key_findings": [s], "call_id": "c", "name": "n", "status": "ok",
+            }).to_string()),
+        ],
+        0u64..40,
+    ), 0..40)) {
+        let events: Vec<Event> = raw.into_iter().map(|(k, p, seq)| Event {
+            seq, kind: k.into(), payload: p, created_at: String::new(),
+        }).collect();
+        let ctx = llm_context(&events);
+        prop_assert!(alternates(&ctx));
+        let _ = ui_transcript(&events);
+        for e in &events {
+            let _ = llm_request(&events, e.seq);
+        }
+    }
+}
