@@ -94,10 +94,16 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one session's events
+    /// Show one session: its transcript, what the model would be sent, or its raw events
     Show {
         /// The session id
         id: String,
+        /// What the model would be sent next, with token counts
+        #[arg(long, conflicts_with = "events")]
+        llm: bool,
+        /// The raw event log
+        #[arg(long)]
+        events: bool,
         /// JSON instead of text
         #[arg(long)]
         json: bool,

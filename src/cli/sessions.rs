@@ -5,8 +5,10 @@ use std::io::{IsTerminal, Write};
 use serde_json::{Value, json, value::RawValue};
 
 use super::{CliError, SessionsCommand};
+use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
 use crate::session::{Event, SessionId, SessionRow, Store};
+use crate::tokens::Estimator;
 
 /// Sessions fetched per page while listing everything.
 const LIST_PAGE_SIZE: u32 = 200;
@@ -27,7 +29,19 @@ pub fn run(store: &Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<(
             };
             list(store, q, limit, json, out)
         }
-        SessionsCommand::Show { id, json } => show(store, id.parse()?, json, out),
+        SessionsCommand::Show {
+            id,
+            llm,
+            events,
+            json,
+        } => {
+            let id = id.parse()?;
+            match (llm, events) {
+                (true, _) => show_llm(store, id, json, out),
+                (false, true) => show_events(store, id, json, out),
+                (false, false) => show_transcript(store, id, json, out),
+            }
+        }
         SessionsCommand::Search {
             query,
             fts,
@@ -95,16 +109,7 @@ fn list(
     Ok(())
 }
 
-fn show(store: &Store, id: SessionId, as_json: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let session = store.session(id)?;
-    let events = store.events(id, 0, None)?;
-    if as_json {
-        let events: Vec<Value> = events.iter().map(event_json).collect();
-        let mut s = session_json(&session);
-        s["system"] = json!(session.system);
-        writeln!(out, "{}", json!({"session": s, "events": events}))?;
-        return Ok(());
-    }
+fn session_header(session: &SessionRow, out: &mut dyn Write) -> Result<(), CliError> {
     writeln!(
         out,
         "{}  {}{}",
@@ -117,6 +122,172 @@ fn show(store: &Store, id: SessionId, as_json: bool, out: &mut dyn Write) -> Res
         "created {}, updated {}\n",
         session.created_at, session.updated_at
     )?;
+    Ok(())
+}
+
+fn show_transcript(
+    store: &Store,
+    id: SessionId,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let session = store.session(id)?;
+    let items = ui_transcript(&store.events(id, 0, None)?);
+    if as_json {
+        let items = serde_json::to_value(&items).unwrap_or(Value::Null);
+        writeln!(
+            out,
+            "{}",
+            json!({"session": session_json(&session), "items": items})
+        )?;
+        return Ok(());
+    }
+    session_header(&session, out)?;
+    for item in &items {
+        write_item(item, out)?;
+    }
+    Ok(())
+}
+
+/// One transcript item as text: a header line, then its text indented.
+fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
+    let at = &item.created_at;
+    let (head, body): (String, Option<&str>) = match &item.body {
+        ItemBody::User { text } => ("you".into(), Some(text)),
+        ItemBody::Assistant {
+            turn,
+            attempt,
+            text,
+            model,
+            usage,
+            duration_ms,
+            finish_reason,
+            ..
+        } => (
+            format!(
+                "assistant (turn {turn}, attempt {attempt}; {model}; {} in, {} cached, {} out; \
+                 {duration_ms} ms; {})",
+                usage.input_tokens,
+                usage.cache_read_tokens,
+                usage.output_tokens,
+                finish_reason.as_deref().unwrap_or("no finish reason")
+            ),
+            Some(text),
+        ),
+        ItemBody::Interrupted {
+            turn,
+            attempt,
+            text,
+            ..
+        } => (
+            format!("interrupted (turn {turn}, attempt {attempt}): the answer was cut off here"),
+            Some(text),
+        ),
+        ItemBody::Error {
+            turn,
+            attempt,
+            code,
+            message,
+            ..
+        } => (
+            format!("failed (turn {turn}, attempt {attempt}): {code}: {message}"),
+            None,
+        ),
+        ItemBody::Compaction {
+            summary,
+            replaces_through_seq,
+            tokens_before,
+            tokens_after,
+        } => (
+            format!(
+                "── compacted: #{replaces_through_seq} and before summarised, \
+                 {tokens_before} → {tokens_after} tokens ──"
+            ),
+            Some(summary),
+        ),
+        ItemBody::Title { title, by } => (format!("renamed to {title:?} ({by:?})"), None),
+        ItemBody::Tool(t) => (
+            format!("tool {} ({}): {}", t.name, t.call_id, t.status),
+            None,
+        ),
+        ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),
+    };
+    writeln!(out, "#{} {at}  {head}", item.seq)?;
+    if let Some(text) = body {
+        for line in text.lines() {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn show_llm(
+    store: &Store,
+    id: SessionId,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let session = store.session(id)?;
+    let ctx = llm_context(&store.events_for_context(id)?);
+    let tokens = Estimator::new().context(&ctx);
+    if as_json {
+        let messages: Vec<Value> = ctx
+            .messages
+            .iter()
+            .zip(&tokens.messages)
+            .map(|(m, t)| {
+                json!({"role": m.role, "content": m.content, "tokens": t,
+                                 "first_seq": m.first_seq, "last_seq": m.last_seq})
+            })
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            json!({"system": ctx.system, "system_tokens": tokens.system,
+                   "messages": messages, "tokens": tokens.total})
+        )?;
+        return Ok(());
+    }
+    session_header(&session, out)?;
+    writeln!(out, "system ({} tokens)", tokens.system)?;
+    for line in ctx.system.lines() {
+        writeln!(out, "    {line}")?;
+    }
+    for (m, t) in ctx.messages.iter().zip(&tokens.messages) {
+        let role = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        writeln!(
+            out,
+            "\n{role} (#{}..#{}, {t} tokens)",
+            m.first_seq, m.last_seq
+        )?;
+        for line in m.content.lines() {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    writeln!(out, "\ntotal: {} tokens", tokens.total)?;
+    Ok(())
+}
+
+fn show_events(
+    store: &Store,
+    id: SessionId,
+    as_json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let session = store.session(id)?;
+    let events = store.events(id, 0, None)?;
+    if as_json {
+        let events: Vec<Value> = events.iter().map(event_json).collect();
+        let mut s = session_json(&session);
+        s["system"] = json!(session.system);
+        writeln!(out, "{}", json!({"session": s, "events": events}))?;
+        return Ok(());
+    }
+    session_header(&session, out)?;
     for e in &events {
         writeln!(
             out,

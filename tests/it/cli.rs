@@ -77,7 +77,7 @@ fn list_show_and_search_from_the_terminal() {
 
     let shown: Value = serde_json::from_str(&stdout_ok(&brain(
         &db,
-        &["sessions", "show", &b.to_string(), "--json"],
+        &["sessions", "show", &b.to_string(), "--events", "--json"],
     )))
     .unwrap();
     assert_eq!(shown["session"]["title"], "Egrets");
@@ -97,7 +97,10 @@ fn list_show_and_search_from_the_terminal() {
         ]
     );
     assert_eq!(shown["events"][1]["payload"]["text"], "egrets and a heron");
-    let text = stdout_ok(&brain(&db, &["sessions", "show", &b.to_string()]));
+    let text = stdout_ok(&brain(
+        &db,
+        &["sessions", "show", &b.to_string(), "--events"],
+    ));
     assert!(
         text.contains("session_titled") && text.contains("[archived]"),
         "{text}"
@@ -140,4 +143,74 @@ fn bad_ids_bad_queries_and_unknown_sessions_are_clear_errors() {
     }
     let plain = brain(&db, &["sessions", "search", "NEAR(", "\"oops"]);
     assert!(stdout_ok(&plain).contains("no matches"));
+}
+
+#[test]
+fn show_prints_the_transcript_and_what_the_model_would_be_sent() {
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store
+        .create_session(None, "You are terse.".into())
+        .unwrap()
+        .id;
+    let u1 = store.append(id, &user("first question")).unwrap().seq;
+    store.append(id, &answer(u1, 1, "first answer")).unwrap();
+    let u2 = store.append(id, &user("second question")).unwrap().seq;
+    store
+        .append(id, &pending(u2, 1, "half of the sec"))
+        .unwrap();
+    store
+        .append(id, &failed(u2, 2, "provider_unreachable"))
+        .unwrap();
+    drop(store);
+    let sid = id.to_string();
+
+    let text = stdout_ok(&brain(&db, &["sessions", "show", &sid]));
+    for expected in [
+        "you",
+        "first question",
+        "assistant (turn 2, attempt 1",
+        "interrupted (turn 4, attempt 1)",
+        "half of the sec",
+        "failed (turn 4, attempt 2): provider_unreachable",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+    let json: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "show", &sid, "--json"],
+    )))
+    .unwrap();
+    let kinds: Vec<&str> = json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["user", "assistant", "user", "interrupted", "error"]);
+
+    let llm = stdout_ok(&brain(&db, &["sessions", "show", &sid, "--llm"]));
+    assert!(
+        llm.contains("You are terse.") && llm.contains("this response was interrupted"),
+        "{llm}"
+    );
+    assert!(llm.contains("total: ") && llm.contains(" tokens"), "{llm}");
+    let ctx: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "show", &sid, "--llm", "--json"],
+    )))
+    .unwrap();
+    let messages = ctx["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[3]["role"], "assistant");
+    let sum: u64 = messages
+        .iter()
+        .map(|m| m["tokens"].as_u64().unwrap())
+        .sum::<u64>()
+        + ctx["system_tokens"].as_u64().unwrap();
+    assert_eq!(ctx["tokens"].as_u64(), Some(sum));
+    assert!(messages.iter().all(|m| m["tokens"].as_u64().unwrap() > 4));
 }
