@@ -22,3 +22,32 @@ pub const DEFAULT_DB_FILE_NAME: &str = "brain.db";
 pub fn default_db_path() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("brain").join(DEFAULT_DB_FILE_NAME))
 }
+
+/// How long to wait for a provider's TCP connection.
+pub const PROVIDER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a model listing (`GET /models`) may take.
+pub const MODELS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a model listing is reused (errors are not cached).
+pub const MODELS_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// The window assumed when neither a flag nor the listing gives one (Ollama's OpenAI
+/// listing has none).
+pub const DEFAULT_WINDOW_TOKENS: u64 = 4096;
+
+/// How much of a provider's error body is kept.
+pub const MAX_PROVIDER_ERROR_BODY_BYTES: usize = 16 * 1024;
+
+/// How much of a provider stream is read at once.
+pub const PROVIDER_READ_CHUNK_BYTES: usize = 8 * 1024;
+
+/// How often a waiting stream looks at its cancel flag.
+pub const STREAM_CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Default wait for a provider's first token (a CPU model may take minutes on a long
+/// prompt).
+pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Default wait between two chunks of a stream.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);

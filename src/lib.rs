@@ -11,6 +11,8 @@
 //! - [`session::projection`]: the LLM context and the UI transcript, pure functions of
 //!   the events.
 //! - [`tokens`]: the token estimate (tiktoken o200k_base), cached by content.
+//! - [`provider`]: the OpenAI-compatible client, SSE parser and model listing; knows
+//!   nothing of sessions.
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
 //! - [`config`]: named limits and defaults.
 //! - [`cli`]: the command line (raw arguments) and what each command does.
@@ -21,5 +23,6 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod provider;
 pub mod session;
 pub mod tokens;

@@ -1,0 +1,126 @@
+//! The OpenAI-compatible provider client (SPEC §9): streaming chat completions as typed
+//! events, non-streaming completions for background work, and the model listing with
+//! context windows.
+//!
+//! - [`sse`]: the incremental SSE parser (pure).
+//! - [`think`]: a leading `<think>` block moved to reasoning (pure).
+//! - [`wire`]: request bodies, chunks, usage, listings (pure).
+//! - [`client`]: the HTTP side (ureq), timeouts, cancellation.
+//!
+//! **Architecture invariant:** `provider` knows nothing of sessions: it takes a system
+//! prompt and messages and gives back events and errors. Usage is normalised here, once:
+//! `input_tokens` excludes cache reads.
+
+pub mod client;
+pub mod sse;
+pub mod think;
+pub mod wire;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use client::{ChatStream, Provider, ProviderConfig};
+
+use crate::session::events::Usage;
+
+/// Who says a message to the provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    User,
+    Assistant,
+}
+
+/// One chat completion request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<(ChatRole, String)>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+}
+
+/// What a stream yields, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    Text(String),
+    Reasoning(String),
+    Usage(Usage),
+    Finish(String),
+}
+
+/// A whole (non-streamed) completion.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Completion {
+    pub text: String,
+    pub reasoning: String,
+    pub usage: Usage,
+    pub finish_reason: Option<String>,
+}
+
+/// One model of the listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ModelInfo {
+    pub id: String,
+    pub window: Option<u64>,
+    /// Which field gave the window.
+    pub window_source: Option<&'static str>,
+}
+
+/// A model's window and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub tokens: u64,
+    pub source: &'static str,
+}
+
+/// How a provider call failed. `retryable` says whether trying again may help.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("the provider is unreachable: {0}")]
+    Unreachable(String),
+    #[error("the provider answered HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("the provider sent a malformed stream: {0}")]
+    Malformed(String),
+    #[error("the provider reported an error: {0}")]
+    Remote(String),
+    #[error("the provider's stream was cut before its end: {0}")]
+    Cut(String),
+    #[error("no token from the provider within {0:?}")]
+    FirstTokenTimeout(Duration),
+    #[error("the provider's stream stalled for {0:?}")]
+    IdleTimeout(Duration),
+    #[error("the provider call took longer than {0:?}")]
+    Timeout(Duration),
+    #[error("the request was cancelled")]
+    Cancelled,
+}
+
+impl ProviderError {
+    /// The code recorded in `turn_failed` and sent in `error` frames.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProviderError::Unreachable(_) => "provider_unreachable",
+            ProviderError::Http { .. } => "provider_http_error",
+            ProviderError::Malformed(_) => "provider_malformed",
+            ProviderError::Remote(_) => "provider_error",
+            ProviderError::Cut(_) => "provider_cut",
+            ProviderError::FirstTokenTimeout(_) => "first_token_timeout",
+            ProviderError::IdleTimeout(_) => "idle_timeout",
+            ProviderError::Timeout(_) => "provider_timeout",
+            ProviderError::Cancelled => "stopped",
+        }
+    }
+
+    /// Whether the same request may succeed if tried again.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ProviderError::Http { status, .. } => *status == 429 || *status >= 500,
+            ProviderError::Malformed(_) | ProviderError::Cancelled => false,
+            _ => true,
+        }
+    }
+}
