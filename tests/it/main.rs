@@ -6,6 +6,7 @@ mod crash;
 mod ledger;
 mod listing;
 mod migrations;
+mod provider;
 mod search;
 mod store;
 mod support;

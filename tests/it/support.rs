@@ -123,3 +123,85 @@ pub fn assert_gapless(seqs: &[u64]) {
         assert_eq!(*seq, i as u64 + 1, "seqs not gapless: {seqs:?}");
     }
 }
+
+/// `examples/mock_llm` running as a child process on a free port; killed on drop.
+pub struct MockLlm {
+    child: std::process::Child,
+    /// The API base, `http://127.0.0.1:PORT/v1`.
+    pub url: String,
+}
+
+impl MockLlm {
+    pub fn start(args: &[&str]) -> MockLlm {
+        use std::io::BufRead;
+        // `cargo test` builds the examples next to the test binaries' `deps` folder.
+        let exe = std::env::current_exe().expect("test binary path");
+        let bin = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|dir| dir.join("examples").join("mock_llm"))
+            .expect("target dir");
+        assert!(
+            bin.exists(),
+            "{} missing: run `cargo build --examples`",
+            bin.display()
+        );
+        let mut child = std::process::Command::new(&bin)
+            .args(["--port", "0"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start mock_llm");
+        let stdout = child.stdout.take().expect("mock stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("mock banner");
+        let url = line.trim().rsplit(' ').next().expect("mock url").to_owned();
+        MockLlm { child, url }
+    }
+
+    /// Queues scripted steps (see `examples/mock_llm.rs`).
+    pub fn script(&self, steps: serde_json::Value) {
+        self.post("_mock/script", steps);
+    }
+
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        self.get("_mock/requests")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        self.get("_mock/stats")
+    }
+
+    fn root(&self) -> String {
+        self.url.trim_end_matches("/v1").to_owned()
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        let body = ureq::get(&format!("{}/{path}", self.root()))
+            .call()
+            .expect("mock control call")
+            .into_body()
+            .read_to_string()
+            .expect("mock body");
+        serde_json::from_str(&body).expect("mock json")
+    }
+
+    fn post(&self, path: &str, body: serde_json::Value) {
+        ureq::post(&format!("{}/{path}", self.root()))
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
+            .expect("mock control call");
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,365 @@
+//! A stand-in LLM: a real OpenAI-compatible HTTP server for tests and demos.
+//!
+//! ```sh
+//! cargo run --example mock_llm -- [--port 0] [--n-ctx 4096] [--models-fail N]
+//! ```
+//!
+//! It prints `mock_llm listening on http://127.0.0.1:PORT/v1` and serves:
+//!
+//! - `GET /v1/models`: models with windows the way each server reports them
+//!   (`mock-model`: llama.cpp `meta.n_ctx`; `mock-vllm`: `max_model_len`; `mock-router`:
+//!   `context_length`; `mock-studio`: LM Studio fields; `mock-plain`: none, like Ollama).
+//!   The first `--models-fail N` listings answer HTTP 500.
+//! - `POST /v1/chat/completions`, streamed or not. What it answers is the next step queued
+//!   with `POST /_mock/script` (one step or an array), else a step given in the last user
+//!   message as `[[mock {…}]]`, else a default answer. A step's fields, all optional:
+//!   `text`, `reasoning`, `think` (send reasoning as a leading `<think>` block),
+//!   `chunks`, `delay_ms`, `first_delay_ms`, `headers_delay_ms`, `cut_after` (close after
+//!   that many chunks, no `[DONE]`), `garbage_after`, `status` (an HTTP error), `hang`
+//!   (headers, then silence), `hang_before_headers`, `finish_reason`, `no_usage`.
+//! - Prompt-cache accounting: `cached_tokens` is the longest common prefix, in the mock's
+//!   whitespace tokens, between this prompt and any earlier one.
+//! - `GET /_mock/requests`: every chat request body received (with its `Authorization`
+//!   header as `_authorization`); `GET /_mock/stats`;
+//!   `POST /_mock/reset`.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+#[derive(Default)]
+struct State {
+    script: VecDeque<Value>,
+    requests: Vec<Value>,
+    prompts: Vec<Vec<String>>,
+    models_calls: u64,
+    models_fail: u64,
+    chat_calls: u64,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let port = flag("--port").unwrap_or(0);
+    let n_ctx = flag("--n-ctx").unwrap_or(4096);
+    let state: Shared = Arc::new(Mutex::new(State {
+        models_fail: flag("--models-fail").unwrap_or(0),
+        ..State::default()
+    }));
+    let listener = match TcpListener::bind(("127.0.0.1", port as u16)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mock_llm: cannot listen: {e}");
+            std::process::exit(1);
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    println!("mock_llm listening on http://{addr}/v1");
+    let _ = std::io::stdout().flush();
+    for stream in listener.incoming().flatten() {
+        let state = Arc::clone(&state);
+        thread::spawn(move || {
+            let _ = handle(stream, &state, n_ctx);
+        });
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    authorization: Option<String>,
+    body: Vec<u8>,
+}
+
+fn read_request(stream: &TcpStream) -> std::io::Result<Request> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut head = String::new();
+    let mut content_length = 0usize;
+    let mut authorization = None;
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let path = parts.next().unwrap_or_default().to_owned();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+        head.push_str(&line);
+        if head.len() > MAX_HEAD_BYTES {
+            return Err(std::io::Error::other("head too large"));
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                content_length = v.trim().parse().unwrap_or(0);
+            }
+            if k.trim().eq_ignore_ascii_case("authorization") {
+                authorization = Some(v.trim().to_owned());
+            }
+        }
+    }
+    let mut body = vec![0; content_length.min(MAX_BODY_BYTES)];
+    reader.read_exact(&mut body)?;
+    Ok(Request {
+        method,
+        path,
+        authorization,
+        body,
+    })
+}
+
+fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+    let text = body.to_string();
+    write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )?;
+    stream.flush()
+}
+
+fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<()> {
+    let req = read_request(&stream)?;
+    let mut body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    if let (Some(auth), Some(obj)) = (&req.authorization, body.as_object_mut()) {
+        // Recorded for tests; not part of what the model "sees".
+        obj.insert("_authorization".into(), json!(auth));
+    }
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/models") => models(&mut stream, state, n_ctx),
+        ("POST", "/v1/chat/completions") => chat(&mut stream, state, body),
+        ("POST", "/_mock/script") => {
+            let steps = match body {
+                Value::Array(a) => a,
+                other => vec![other],
+            };
+            lock(state).script.extend(steps);
+            respond(&mut stream, 200, &json!({}))
+        }
+        ("GET", "/_mock/requests") => {
+            let all = lock(state).requests.clone();
+            respond(&mut stream, 200, &Value::Array(all))
+        }
+        ("GET", "/_mock/stats") => {
+            let s = lock(state);
+            let stats = json!({"models_calls": s.models_calls, "chat_calls": s.chat_calls});
+            drop(s);
+            respond(&mut stream, 200, &stats)
+        }
+        ("POST", "/_mock/reset") => {
+            let mut s = lock(state);
+            s.script.clear();
+            s.requests.clear();
+            s.prompts.clear();
+            drop(s);
+            respond(&mut stream, 200, &json!({}))
+        }
+        _ => respond(
+            &mut stream,
+            404,
+            &json!({"error": {"message": "no such route"}}),
+        ),
+    }
+}
+
+fn models(stream: &mut TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<()> {
+    let fail = {
+        let mut s = lock(state);
+        s.models_calls += 1;
+        if s.models_fail > 0 {
+            s.models_fail -= 1;
+            true
+        } else {
+            false
+        }
+    };
+    if fail {
+        return respond(
+            stream,
+            500,
+            &json!({"error": {"message": "listing failed (scripted)"}}),
+        );
+    }
+    let listing = json!({"object": "list", "data": [
+        {"id": "mock-model", "object": "model", "meta": {"n_ctx": n_ctx, "n_ctx_train": 131072}},
+        {"id": "mock-vllm", "object": "model", "max_model_len": 8192},
+        {"id": "mock-router", "object": "model", "context_length": 128000},
+        {"id": "mock-studio", "object": "model", "loaded_context_length": 2048, "max_context_length": 32768},
+        {"id": "mock-plain", "object": "model"},
+    ]});
+    respond(stream, 200, &listing)
+}
+
+/// The prompt as the mock's tokens: each message's role marker, then its words.
+fn prompt_tokens(body: &Value) -> Vec<String> {
+    let mut tokens = Vec::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        tokens.push(format!("<|{}|>", m["role"].as_str().unwrap_or("?")));
+        let content = m["content"].as_str().unwrap_or_default();
+        tokens.extend(content.split_whitespace().map(str::to_owned));
+        tokens.push("<|end|>".into());
+    }
+    tokens
+}
+
+fn last_user_text(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The step for this request: queued, else in the last user message, else the default.
+fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
+    if let Some(step) = lock(state).script.pop_front() {
+        return step;
+    }
+    let last = last_user_text(body);
+    if let Some(start) = last.find("[[mock ") {
+        if let Some(end) = last[start..].find("]]") {
+            if let Ok(step) = serde_json::from_str(&last[start + 7..start + end]) {
+                return step;
+            }
+        }
+    }
+    let short: String = last.chars().take(60).collect();
+    json!({"text": format!("mock answer {n} to: {short}")})
+}
+
+fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<()> {
+    let (n, cached, prompt_len) = {
+        let mut s = lock(state);
+        s.chat_calls += 1;
+        s.requests.push(body.clone());
+        let tokens = prompt_tokens(&body);
+        let cached = s
+            .prompts
+            .iter()
+            .map(|p| p.iter().zip(&tokens).take_while(|(a, b)| a == b).count())
+            .max()
+            .unwrap_or(0);
+        s.prompts.push(tokens.clone());
+        (s.chat_calls, cached, tokens.len())
+    };
+    let step = next_step(state, &body, n);
+    let ms = |k: &str| Duration::from_millis(step[k].as_u64().unwrap_or(0));
+    if step["hang_before_headers"] == true {
+        thread::sleep(Duration::from_secs(3600));
+    }
+    thread::sleep(ms("headers_delay_ms"));
+    if let Some(status) = step["status"].as_u64() {
+        let msg = step["text"].as_str().unwrap_or("scripted failure");
+        return respond(
+            stream,
+            status as u16,
+            &json!({"error": {"message": msg, "code": status}}),
+        );
+    }
+    let text = step["text"]
+        .as_str()
+        .map_or_else(|| format!("mock answer {n}"), str::to_owned);
+    let reasoning = step["reasoning"].as_str().unwrap_or_default().to_owned();
+    let think = step["think"] == true;
+    let completion_tokens =
+        (text.split_whitespace().count() + reasoning.split_whitespace().count()) as u64;
+    let usage = json!({
+        "prompt_tokens": prompt_len, "completion_tokens": completion_tokens,
+        "total_tokens": prompt_len as u64 + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    });
+    let finish = step["finish_reason"].as_str().unwrap_or("stop").to_owned();
+    let content = if think && !reasoning.is_empty() {
+        format!("<think>{reasoning}</think>\n\n{text}")
+    } else {
+        text.clone()
+    };
+    if body["stream"] != true {
+        let mut message = json!({"role": "assistant", "content": content});
+        if !think && !reasoning.is_empty() {
+            message["reasoning_content"] = json!(reasoning);
+        }
+        let reply = json!({"object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage});
+        return respond(stream, 200, &reply);
+    }
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
+    )?;
+    stream.flush()?;
+    if step["hang"] == true {
+        thread::sleep(Duration::from_secs(3600));
+        return Ok(());
+    }
+    thread::sleep(ms("first_delay_ms"));
+    let mut frames: Vec<Value> = Vec::new();
+    if !think && !reasoning.is_empty() {
+        frames.push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": reasoning}}]}));
+    }
+    let pieces = split_text(&content, step["chunks"].as_u64());
+    frames.extend(
+        pieces
+            .into_iter()
+            .map(|p| json!({"choices": [{"index": 0, "delta": {"content": p}}]})),
+    );
+    frames.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
+    if step["no_usage"] != true {
+        frames.push(json!({"choices": [], "usage": usage}));
+    }
+    let cut_after = step["cut_after"].as_u64();
+    let garbage_after = step["garbage_after"].as_u64();
+    for (i, frame) in frames.iter().enumerate() {
+        if cut_after == Some(i as u64) {
+            return stream.shutdown(std::net::Shutdown::Both);
+        }
+        if garbage_after == Some(i as u64) {
+            write!(stream, "data: {{this is not json\n\n")?;
+            stream.flush()?;
+        }
+        if i > 0 {
+            thread::sleep(ms("delay_ms"));
+        }
+        write!(stream, "data: {frame}\n\n")?;
+        stream.flush()?;
+    }
+    write!(stream, "data: [DONE]\n\n")?;
+    stream.flush()
+}
+
+/// Splits text into `chunks` pieces (by default one per word, spaces kept).
+fn split_text(text: &str, chunks: Option<u64>) -> Vec<String> {
+    match chunks {
+        _ if text.is_empty() => vec![],
+        None => text.split_inclusive(' ').map(str::to_owned).collect(),
+        Some(n) => {
+            let chars: Vec<char> = text.chars().collect();
+            let size = chars.len().div_ceil(n.max(1) as usize);
+            chars.chunks(size).map(|c| c.iter().collect()).collect()
+        }
+    }
+}
