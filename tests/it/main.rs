@@ -7,6 +7,7 @@ mod ledger;
 mod listing;
 mod migrations;
 mod provider;
+mod real_llm;
 mod search;
 mod store;
 mod support;
