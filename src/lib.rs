@@ -11,6 +11,8 @@
 //! - [`session::projection`]: the LLM context and the UI transcript, pure functions of
 //!   the events.
 //! - [`tokens`]: the token estimate (tiktoken o200k_base), cached by content.
+//! - [`session::compactor`]: incremental compaction: `plan` (pure) and its runner.
+//! - [`chat`]: where sessions meet the provider (so far: the provider as summarizer).
 //! - [`provider`]: the OpenAI-compatible client, SSE parser and model listing; knows
 //!   nothing of sessions.
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
@@ -20,6 +22,7 @@
 //! The binary (`src/main.rs`) only parses arguments, runs a command and maps errors to an
 //! exit code.
 
+pub mod chat;
 pub mod cli;
 pub mod clock;
 pub mod config;

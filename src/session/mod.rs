@@ -7,11 +7,14 @@
 //!
 //! **Architecture invariant:** nothing in `session` knows about HTTP or providers.
 
+pub mod compactor;
 pub mod cursor;
 pub mod events;
 pub mod projection;
 pub mod search;
 pub mod store;
+#[cfg(test)]
+pub(crate) mod testlog;
 
 pub use events::{Decoded, Event, Payload, SessionId};
 pub use store::{SessionRow, Store, StoreError, StoreOptions, SyncMode};

@@ -2,6 +2,7 @@
 //! Each module tests one edge for real: a real SQLite file, a real child process.
 
 mod cli;
+mod compaction;
 mod crash;
 mod ledger;
 mod listing;

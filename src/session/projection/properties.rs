@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 
-use super::examples::Log;
 use super::*;
 use crate::session::events::kind;
+use crate::session::testlog::Log;
 
 /// How an attempt ends.
 #[derive(Clone, Debug)]

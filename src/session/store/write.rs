@@ -93,6 +93,18 @@ impl<'a> Writer<'a> {
             .ok_or(StoreError::SessionNotFound(id))?
     }
 
+    /// The seq of the session's newest `compaction_applied` (0 without one): what a
+    /// compaction compares before it appends.
+    pub fn newest_compaction_seq(&self, id: SessionId) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                 WHERE session_id = ?1 AND kind = 'compaction_applied'",
+            )?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+
     /// The session's newest seq (0 if it has no events, which a valid session never does).
     pub fn last_seq(&self, id: SessionId) -> Result<u64> {
         Ok(self

@@ -1,0 +1,122 @@
+//! A session log built in memory, for the pure tests of projections and compaction.
+
+use crate::session::Payload;
+use crate::session::events::{
+    AssistantTurn, CompactionApplied, Event, PendingState, SessionStarted, SessionTitled, TitledBy,
+    ToolExecution, TurnFailed, TurnMemory, Usage, UserMessage,
+};
+use crate::session::projection::{Context, llm_context};
+
+/// A log under construction: seqs are assigned in order, starting with `session_started`.
+pub(crate) struct Log {
+    pub events: Vec<Event>,
+}
+
+impl Log {
+    pub fn new(system: &str) -> Log {
+        let mut log = Log { events: vec![] };
+        log.push(Payload::SessionStarted(SessionStarted {
+            title: None,
+            system: system.into(),
+        }));
+        log
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.events.len() as u64 + 1
+    }
+
+    pub fn raw(&mut self, kind: &str, payload: &str) -> u64 {
+        let seq = self.next_seq();
+        self.events.push(Event {
+            seq,
+            kind: kind.into(),
+            payload: payload.into(),
+            created_at: format!("2026-11-30T00:00:{:02}.000000Z", seq % 60),
+        });
+        seq
+    }
+
+    pub fn push(&mut self, p: Payload) -> u64 {
+        self.raw(p.kind(), &p.to_json())
+    }
+
+    pub fn user(&mut self, text: &str) -> u64 {
+        self.push(Payload::UserMessage(UserMessage { text: text.into() }))
+    }
+
+    pub fn answer(&mut self, turn: u64, attempt: u32, text: &str) -> u64 {
+        self.push(Payload::AssistantTurn(AssistantTurn {
+            turn,
+            attempt,
+            text: text.into(),
+            reasoning: Some(format!("thinking about {text}")),
+            provider: "mock".into(),
+            model: "m".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+            duration_ms: 3,
+            ledger_id: None,
+        }))
+    }
+
+    pub fn checkpoint(&mut self, turn: u64, attempt: u32, text: &str) -> u64 {
+        self.push(Payload::PendingState(PendingState {
+            turn,
+            attempt,
+            text: text.into(),
+            reasoning: None,
+        }))
+    }
+
+    pub fn failed(&mut self, turn: u64, attempt: u32, code: &str) -> u64 {
+        self.push(Payload::TurnFailed(TurnFailed {
+            turn,
+            attempt,
+            code: code.into(),
+            message: "it failed".into(),
+            reasoning: None,
+        }))
+    }
+
+    pub fn memory(&mut self, turn: u64, attempt: u32, finding: &str) -> u64 {
+        self.push(Payload::TurnMemory(TurnMemory {
+            turn,
+            attempt,
+            files_changed: vec![],
+            failures: vec![],
+            key_findings: vec![finding.into()],
+        }))
+    }
+
+    pub fn compaction(&mut self, summary: &str, through: u64) -> u64 {
+        self.push(Payload::CompactionApplied(CompactionApplied {
+            summary: summary.into(),
+            replaces_through_seq: through,
+            tokens_before: 100,
+            tokens_after: 10,
+            model: "m".into(),
+        }))
+    }
+
+    pub fn tool(&mut self) -> u64 {
+        self.push(Payload::ToolExecution(ToolExecution {
+            call_id: "c1".into(),
+            name: "ls".into(),
+            args: serde_json::json!({"path": "."}),
+            result_digest: "d".into(),
+            status: "ok".into(),
+        }))
+    }
+
+    pub fn title(&mut self, title: &str) -> u64 {
+        self.push(Payload::SessionTitled(SessionTitled {
+            title: title.into(),
+            by: TitledBy::Auto,
+        }))
+    }
+
+    pub fn context(&self) -> Context {
+        llm_context(&self.events)
+    }
+}

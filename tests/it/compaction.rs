@@ -1,0 +1,499 @@
+//! Compaction on a real store: when it runs, what the summarizer sees, that it converges,
+//! keeps facts, follows the model's window, and fails safe.
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use brain::chat::summarizer::ProviderSummarizer;
+use brain::provider::{Provider, ProviderConfig};
+use brain::session::compactor::{
+    Budget, CompactionError, Compactor, PassOutcome, Summarizer, SummaryInput, SummaryOutput,
+};
+use brain::session::events::Usage;
+use brain::session::projection::{Role, llm_context};
+use brain::session::{SessionId, Store};
+use brain::tokens::Estimator;
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::support::*;
+
+/// A summarizer stand-in that keeps, verbatim, every sentence it is given that carries a
+/// number (beyond the `question N:` / `answer N:` labels), and drops the rest. It records
+/// what it was asked.
+#[derive(Default)]
+struct Keeper {
+    inputs: Mutex<Vec<SummaryInput>>,
+    window: u64,
+    delay: Duration,
+    reply: Option<SummaryOutput>,
+    fail: bool,
+}
+
+impl Keeper {
+    fn new(window: u64) -> Keeper {
+        Keeper {
+            window,
+            ..Keeper::default()
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.inputs.lock().unwrap().len()
+    }
+}
+
+impl Summarizer for Keeper {
+    fn model(&self) -> String {
+        "keeper".into()
+    }
+    fn provider(&self) -> String {
+        "stand-in".into()
+    }
+    fn window(&self) -> u64 {
+        self.window
+    }
+    fn summarize(&self, input: &SummaryInput) -> Result<SummaryOutput, (String, String)> {
+        self.inputs.lock().unwrap().push(input.clone());
+        std::thread::sleep(self.delay);
+        if self.fail {
+            return Err(("provider_unreachable".into(), "down".into()));
+        }
+        if let Some(r) = &self.reply {
+            return Ok(r.clone());
+        }
+        let facts: Vec<&str> = input
+            .text
+            .split(['.', '\n'])
+            .map(str::trim)
+            .filter(|s| carries_a_number(s))
+            .collect();
+        let text = if facts.is_empty() {
+            "Nothing of note.".into()
+        } else {
+            facts.join(". ") + "."
+        };
+        Ok(SummaryOutput {
+            text,
+            finish_reason: Some("stop".into()),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+        })
+    }
+}
+
+/// Whether a sentence has a digit once its speaker and label are set aside.
+fn carries_a_number(sentence: &str) -> bool {
+    let body = sentence
+        .trim_start_matches("User: ")
+        .trim_start_matches("Assistant: ");
+    let body = match body.split_once(": ") {
+        Some((label, rest)) if label.starts_with("question") || label.starts_with("answer") => rest,
+        _ => body,
+    };
+    body.chars().any(|c| c.is_ascii_digit())
+}
+
+const FILLER: &str = "and then we talked about the weather and the garden and the long walk home";
+
+/// A session of `turns` question/answer pairs; the first carries a commitment.
+fn session(store: &Store, turns: usize, words: usize) -> SessionId {
+    let id = store
+        .create_session(None, "You are helpful.".into())
+        .unwrap()
+        .id;
+    let filler: String = FILLER
+        .split(' ')
+        .cycle()
+        .take(words)
+        .collect::<Vec<_>>()
+        .join(" ");
+    for i in 0..turns {
+        let q = if i == 0 {
+            format!(
+                "question 0: I promise to pay Alice Moreau 250 euros on 2026-12-01, remind me {filler}"
+            )
+        } else {
+            format!("question {i}: {filler}")
+        };
+        let u = store.append(id, &user(&q)).unwrap().seq;
+        store
+            .append(id, &answer(u, 1, &format!("answer {i}: {filler}")))
+            .unwrap();
+    }
+    id
+}
+
+fn tokens(store: &Store, id: SessionId) -> u64 {
+    Estimator::new()
+        .context(&llm_context(&store.events_for_context(id).unwrap()))
+        .total
+}
+
+fn budget(window: u64) -> Budget {
+    Budget {
+        window,
+        compact_at: 0.6,
+        output_reserve: 0,
+    }
+}
+
+fn setup() -> (TempDb, Arc<Store>, Compactor) {
+    let db = TempDb::new();
+    let store = Arc::new(db.open());
+    let c = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
+    (db, store, c)
+}
+
+#[test]
+fn under_budget_no_summarizer_call() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 3, 10);
+    let k = Keeper::new(8192);
+    let out = c.pre_send(id, budget(8192), &k).unwrap();
+    assert!(matches!(out[..], [PassOutcome::Fits { .. }]), "{out:?}");
+    assert_eq!(k.calls(), 0);
+}
+
+#[test]
+fn over_budget_one_call_sees_the_oldest_and_keeps_the_newest_answer_last() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 10, 30);
+    let total = tokens(&store, id);
+    // The trigger sits just under the estimate: one pass (half the context) is enough.
+    let window = (total as f64 / 0.6) as u64 - 5;
+    let k = Keeper::new(8192);
+    let out = c.post_persist(id, budget(window), &k).unwrap();
+    assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
+    assert_eq!(k.calls(), 1);
+    let input = k.inputs.lock().unwrap()[0].clone();
+    assert!(input.text.contains("question 0:") && input.text.contains("answer 0:"));
+    assert!(!input.text.contains("question 9:") && !input.text.contains("answer 9:"));
+    assert!(input.system.contains("name, date, number"));
+    assert!(input.max_tokens <= 8192 / 8);
+    let ctx = llm_context(&store.events_for_context(id).unwrap());
+    let last = ctx.messages.last().unwrap();
+    assert_eq!(last.role, Role::Assistant);
+    assert!(last.content.starts_with("answer 9:"));
+    assert!(
+        ctx.messages[0]
+            .content
+            .starts_with("[Summary of the conversation so far]\n")
+    );
+    assert!(tokens(&store, id) <= budget(window).trigger_tokens());
+    let PassOutcome::Compacted {
+        tokens_before,
+        tokens_after,
+        ..
+    } = out
+    else {
+        unreachable!()
+    };
+    assert!(tokens_after < tokens_before);
+    // Recorded in the ledger as a summarize call.
+    let usage = store.usage(Some(id)).unwrap();
+    assert_eq!(usage.by_purpose["summarize"].calls, 1);
+}
+
+#[test]
+fn names_dates_numbers_reach_the_summarizer_and_survive_100_compactions() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 1, 8);
+    let k = Keeper::new(8192);
+    let filler: String = FILLER.to_owned();
+    for i in 1..100 {
+        let u = store
+            .append(id, &user(&format!("question {i}: {filler}")))
+            .unwrap()
+            .seq;
+        store
+            .append(id, &answer(u, 1, &format!("answer {i}: {filler}")))
+            .unwrap();
+        c.pass(id, budget(100_000), &k, true).unwrap();
+    }
+    let first_input = k.inputs.lock().unwrap()[0].clone();
+    for fact in ["Alice Moreau", "250 euros", "2026-12-01"] {
+        assert!(
+            first_input.text.contains(fact),
+            "{fact} reached the summarizer"
+        );
+    }
+    assert!(
+        k.calls() >= 90,
+        "a compaction after (nearly) every turn: {}",
+        k.calls()
+    );
+    let ctx = llm_context(&store.events_for_context(id).unwrap());
+    let all: String = ctx.messages.iter().map(|m| m.content.as_str()).collect();
+    assert!(
+        all.contains("I promise to pay Alice Moreau 250 euros on 2026-12-01"),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_truncated_or_empty_summary_is_refused_and_nothing_is_appended() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 6, 20);
+    let before = store.events(id, 0, None).unwrap().len();
+    for reply in [
+        SummaryOutput {
+            text: "cut off mid".into(),
+            finish_reason: Some("length".into()),
+            usage: Usage::default(),
+        },
+        SummaryOutput {
+            text: "  \n".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+        },
+    ] {
+        let c2 = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
+        let k = Keeper {
+            reply: Some(reply),
+            ..Keeper::new(8192)
+        };
+        let e = c2.pass(id, budget(100), &k, false).unwrap_err();
+        assert!(matches!(e, CompactionError::BadSummary(_)), "{e:?}");
+    }
+    let _ = c;
+    assert_eq!(store.events(id, 0, None).unwrap().len(), before);
+    assert_eq!(
+        store.usage(Some(id)).unwrap().total.calls,
+        2,
+        "refused calls are in the ledger"
+    );
+}
+
+#[test]
+fn two_passes_planned_from_the_same_snapshot_append_once() {
+    let (_db, store, _) = setup();
+    let id = session(&store, 8, 20);
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            // Two compactors (two servers' worth of locks) racing on one store.
+            let c = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                let k = Keeper {
+                    delay: Duration::from_millis(200),
+                    ..Keeper::new(8192)
+                };
+                barrier.wait();
+                c.pass(id, budget(100), &k, false).unwrap()
+            })
+        })
+        .collect();
+    let outcomes: Vec<PassOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let compacted = outcomes
+        .iter()
+        .filter(|o| matches!(o, PassOutcome::Compacted { .. }))
+        .count();
+    assert_eq!(compacted, 1, "{outcomes:?}");
+    assert!(outcomes.contains(&PassOutcome::Superseded));
+    let compactions = store
+        .events(id, 0, None)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "compaction_applied")
+        .count();
+    assert_eq!(compactions, 1);
+}
+
+#[test]
+fn a_second_caller_waits_for_the_first_instead_of_duplicating_it() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 8, 20);
+    let total = tokens(&store, id);
+    let b = budget((total as f64 / 0.6) as u64 - 5);
+    let c = Arc::new(c);
+    let k = Arc::new(Keeper {
+        delay: Duration::from_millis(200),
+        ..Keeper::new(8192)
+    });
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, k) = (Arc::clone(&c), Arc::clone(&k));
+            std::thread::spawn(move || c.pass(id, b, k.as_ref(), false).unwrap())
+        })
+        .collect();
+    let outcomes: Vec<PassOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(k.calls(), 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, PassOutcome::Fits { .. }))
+    );
+}
+
+#[test]
+fn a_failing_summarizer_backs_off_and_only_fails_the_turn_over_the_limit() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 6, 20);
+    let total = tokens(&store, id);
+    let k = Keeper {
+        fail: true,
+        ..Keeper::new(8192)
+    };
+    // Over the trigger but under the window: the turn goes on.
+    let roomy = budget(total + 10);
+    c.pre_send(id, roomy, &k).unwrap();
+    assert_eq!(k.calls(), 1);
+    let again = c.pass(id, roomy, &k, false).unwrap_err();
+    assert!(matches!(again, CompactionError::BackingOff(_)), "{again:?}");
+    assert_eq!(k.calls(), 1, "no retry storm");
+    c.pre_send(id, roomy, &k).unwrap();
+    assert_eq!(k.calls(), 1);
+    // Over the window itself: the turn fails with context_overflow (I4).
+    let tight = budget(total / 2);
+    let e = c.pre_send(id, tight, &k).unwrap_err();
+    assert!(
+        matches!(e, CompactionError::ContextOverflow { .. }),
+        "{e:?}"
+    );
+    assert_eq!(
+        store.usage(Some(id)).unwrap().by_purpose["summarize"].calls,
+        1
+    );
+}
+
+#[test]
+fn one_message_larger_than_the_window_is_reported_not_looped_on() {
+    let (_db, store, c) = setup();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    store.append(id, &user(&"enormous ".repeat(3000))).unwrap();
+    let k = Keeper::new(8192);
+    let e = c.pre_send(id, budget(1000), &k).unwrap_err();
+    let CompactionError::ContextOverflow { tokens, limit, why } = e else {
+        panic!("{e:?}")
+    };
+    assert!(tokens > limit);
+    assert!(why.contains("live messages"), "{why}");
+    assert_eq!(k.calls(), 0);
+}
+
+#[test]
+fn a_partial_followed_by_user_messages_loses_and_repeats_nothing() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 3, 20);
+    let u = store
+        .append(id, &user("question cut: tell me more"))
+        .unwrap()
+        .seq;
+    store
+        .append(id, &pending(u, 1, "a partial answer that was cut"))
+        .unwrap();
+    for i in 0..3 {
+        store.append(id, &user(&format!("follow-up {i}"))).unwrap();
+    }
+    let before = llm_context(&store.events_for_context(id).unwrap());
+    let out = c
+        .pass(id, budget(100_000), &Keeper::new(8192), true)
+        .unwrap();
+    assert!(matches!(out, PassOutcome::Compacted { .. }));
+    let after = llm_context(&store.events_for_context(id).unwrap());
+    let parts: Vec<&str> = after
+        .messages
+        .iter()
+        .flat_map(|m| m.content.split("\n\n"))
+        .collect();
+    for i in 0..3 {
+        let f = format!("follow-up {i}");
+        assert_eq!(
+            parts.iter().filter(|p| **p == f).count(),
+            1,
+            "{f} once: {after:#?}"
+        );
+    }
+    assert!(before.messages.len() > after.messages.len());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Passes strictly shrink the live context until it fits, within MAX_PASSES, or stop
+    /// for a stated reason; the only error is context_overflow, and only over the limit.
+    #[test]
+    fn pre_send_converges_or_refuses_for_a_reason(turns in 2usize..30, words in 1usize..120, window in 200u64..6000) {
+        let (_db, store, c) = setup();
+        let id = session(&store, turns, words);
+        let short = Keeper { reply: Some(SummaryOutput {
+            text: "We talked about many things; Alice is owed 250 euros.".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+        }), ..Keeper::new(8192) };
+        let b = budget(window);
+        match c.pre_send(id, b, &short) {
+            Ok(outcomes) => {
+                prop_assert!(outcomes.len() <= brain::session::compactor::run::MAX_PASSES);
+                for o in &outcomes {
+                    if let PassOutcome::Compacted { tokens_before, tokens_after, .. } = o {
+                        prop_assert!(tokens_after < tokens_before);
+                    }
+                }
+                prop_assert!(tokens(&store, id) <= b.limit_tokens());
+            }
+            Err(CompactionError::ContextOverflow { tokens: t, limit, why }) => {
+                prop_assert!(t > limit);
+                prop_assert!(!why.is_empty());
+            }
+            Err(other) => prop_assert!(false, "{:?}", other),
+        }
+    }
+}
+
+#[test]
+fn the_budget_follows_the_serving_models_window_and_falls_back_on_errors() {
+    let mock = MockLlm::start(&["--models-fail", "1"]);
+    let provider = Provider::new(ProviderConfig::new(&mock.url));
+    // The listing fails once: the fallback window, not cached.
+    assert_eq!(provider.window("mock-studio", None).source, "default");
+    let small = provider.window("mock-studio", None);
+    let fallback = provider.window("mock-plain", None);
+    assert_eq!((small.tokens, fallback.tokens), (2048, 4096));
+
+    let (_db, store, c) = setup();
+    let id = session(&store, 20, 30);
+    let t = tokens(&store, id);
+    assert!(
+        t > budget(2048).trigger_tokens() && t < budget(4096).trigger_tokens(),
+        "{t}"
+    );
+    mock.script(json!({"text": "Summary: Alice Moreau is owed 250 euros on 2026-12-01."}));
+    let summarizer = ProviderSummarizer {
+        provider: &provider,
+        model: "mock-plain".into(),
+        window: fallback.tokens,
+    };
+    let out = c
+        .pre_send(id, budget(fallback.tokens), &summarizer)
+        .unwrap();
+    assert!(
+        matches!(out[..], [PassOutcome::Fits { .. }]),
+        "the fallback window would not trigger"
+    );
+    let out = c.pre_send(id, budget(small.tokens), &summarizer).unwrap();
+    assert!(
+        matches!(out[0], PassOutcome::Compacted { .. }),
+        "the small window does: {out:?}"
+    );
+    let sent = &mock.requests()[0];
+    assert_eq!(sent["stream"], false);
+    assert!(sent["max_tokens"].as_u64().unwrap() <= 4096 / 8);
+    assert!(
+        sent["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("commitment")
+    );
+    assert!(
+        sent["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("I promise to pay Alice Moreau 250 euros on 2026-12-01")
+    );
+}
