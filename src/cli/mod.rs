@@ -66,6 +66,44 @@ impl From<ArchivedArg> for ArchivedFilter {
     }
 }
 
+/// Where the models are and how to budget for them (SPEC §10).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProviderArgs {
+    /// The OpenAI-compatible API base (llama.cpp, Ollama, vLLM, OpenAI…)
+    #[arg(
+        long,
+        env = "BRAIN_PROVIDER_URL",
+        default_value = "http://127.0.0.1:11434/v1"
+    )]
+    pub provider_url: String,
+    /// The environment variable holding the API key (optional for local servers)
+    #[arg(long, env = "BRAIN_API_KEY_ENV", default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// The chat model [default: the first model the provider lists]
+    #[arg(long, env = "BRAIN_MODEL")]
+    pub model: Option<String>,
+    /// The model that writes compaction summaries [default: the chat model]
+    #[arg(long, env = "BRAIN_SUMMARIZE_MODEL")]
+    pub summarize_model: Option<String>,
+    /// The chat model's context window in tokens [default: from the provider's listing,
+    /// else 4096]
+    #[arg(long, env = "BRAIN_CONTEXT_WINDOW", value_parser = clap::value_parser!(u64).range(256..))]
+    pub context_window: Option<u64>,
+    /// Compact when the context exceeds this share of the window
+    #[arg(long, env = "BRAIN_COMPACT_AT", default_value_t = 0.6, value_parser = parse_compact_at)]
+    pub compact_at: f64,
+    /// Tokens reserved for the answer (sent as max_tokens) [default: unset]
+    #[arg(long, env = "BRAIN_MAX_OUTPUT_TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_output_tokens: Option<u32>,
+}
+
+fn parse_compact_at(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.1..=0.95).contains(&r) => Ok(r),
+        _ => Err(format!("{s:?} is not a ratio between 0.1 and 0.95")),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create the database if needed, apply its migrations, and exit
@@ -108,6 +146,13 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compact a session now (whatever its size) and print its tokens before and after
+    Compact {
+        /// The session id
+        id: String,
+        #[command(flatten)]
+        provider: ProviderArgs,
+    },
     /// Search messages, answers, summaries and titles
     Search {
         /// Words to find, all of which must match
@@ -145,6 +190,10 @@ pub enum CliError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Provider(#[from] crate::provider::ProviderError),
+    #[error("{0}")]
+    Compaction(#[from] crate::session::compactor::CompactionError),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -161,7 +210,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
     let sync = cli.sync.into();
     match cli.command {
         Command::Migrate => migrate(cli.db, sync, out),
-        Command::Sessions(cmd) => sessions::run(&open_store(cli.db, sync)?, cmd, out),
+        Command::Sessions(cmd) => sessions::run(open_store(cli.db, sync)?, cmd, out),
     }
 }
 

@@ -1,10 +1,15 @@
 //! `brain sessions …`: history from the terminal.
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 
 use serde_json::{Value, json, value::RawValue};
 
-use super::{CliError, SessionsCommand};
+use super::{CliError, ProviderArgs, SessionsCommand};
+use crate::chat::summarizer::ProviderSummarizer;
+use crate::provider::client::api_key_from_env;
+use crate::provider::{Provider, ProviderConfig};
+use crate::session::compactor::{Budget, Compactor, PassOutcome};
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
 use crate::session::{Event, SessionId, SessionRow, Store};
@@ -13,8 +18,11 @@ use crate::tokens::Estimator;
 /// Sessions fetched per page while listing everything.
 const LIST_PAGE_SIZE: u32 = 200;
 
-pub fn run(store: &Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<(), CliError> {
+pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<(), CliError> {
+    let shared = Arc::new(store);
+    let store = shared.as_ref();
     match cmd {
+        SessionsCommand::Compact { id, provider } => compact(&shared, id.parse()?, &provider, out),
         SessionsCommand::List {
             query,
             archived,
@@ -368,4 +376,58 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
         }
     }
     out
+}
+
+/// `brain sessions compact ID`: one compaction pass now, whatever the session's size.
+fn compact(
+    store: &Arc<Store>,
+    id: SessionId,
+    args: &ProviderArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    store.session(id)?;
+    let mut cfg = ProviderConfig::new(&args.provider_url);
+    cfg.api_key = api_key_from_env(&args.api_key_env);
+    let provider = Provider::new(cfg);
+    let chat_model = provider.resolve_model(args.model.as_deref())?;
+    let summarize_model = args
+        .summarize_model
+        .clone()
+        .unwrap_or_else(|| chat_model.clone());
+    let chat_window = provider.window(&chat_model, args.context_window);
+    let override_for_summarizer = args
+        .context_window
+        .filter(|_| summarize_model == chat_model);
+    let summarizer = ProviderSummarizer {
+        window: provider
+            .window(&summarize_model, override_for_summarizer)
+            .tokens,
+        provider: &provider,
+        model: summarize_model,
+    };
+    let budget = Budget {
+        window: chat_window.tokens,
+        compact_at: args.compact_at,
+        output_reserve: args.max_output_tokens.map_or(0, u64::from),
+    };
+    let compactor = Compactor::new(Arc::clone(store), Arc::new(Estimator::new()));
+    match compactor.pass(id, budget, &summarizer, true)? {
+        PassOutcome::Compacted {
+            seq,
+            tokens_before,
+            tokens_after,
+        } => writeln!(
+            out,
+            "compacted {id}: {tokens_before} → {tokens_after} tokens (event #{seq}; window {} from {}, trigger {})",
+            budget.window,
+            chat_window.source,
+            budget.trigger_tokens()
+        )?,
+        PassOutcome::Superseded => writeln!(
+            out,
+            "another compaction of {id} landed first; nothing appended"
+        )?,
+        PassOutcome::Fits { tokens } => writeln!(out, "{id} fits ({tokens} tokens)")?,
+    }
+    Ok(())
 }

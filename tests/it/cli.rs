@@ -214,3 +214,64 @@ fn show_prints_the_transcript_and_what_the_model_would_be_sent() {
     assert_eq!(ctx["tokens"].as_u64(), Some(sum));
     assert!(messages.iter().all(|m| m["tokens"].as_u64().unwrap() > 4));
 }
+
+#[test]
+fn compact_by_hand_prints_tokens_before_and_after() {
+    let mock = crate::support::MockLlm::start(&[]);
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    for i in 0..6 {
+        let u = store
+            .append(id, &user(&format!("question {i}: {}", "words ".repeat(40))))
+            .unwrap()
+            .seq;
+        store
+            .append(
+                id,
+                &answer(u, 1, &format!("answer {i}: {}", "more ".repeat(40))),
+            )
+            .unwrap();
+    }
+    drop(store);
+    mock.script(serde_json::json!({"text": "They asked six questions."}));
+    let sid = id.to_string();
+    let out = stdout_ok(&brain(
+        &db,
+        &["sessions", "compact", &sid, "--provider-url", &mock.url],
+    ));
+    assert!(out.contains("compacted") && out.contains(" → "), "{out}");
+    assert!(out.contains("llama.cpp meta.n_ctx"), "{out}");
+    let llm = stdout_ok(&brain(&db, &["sessions", "show", &sid, "--llm"]));
+    assert!(
+        llm.contains("[Summary of the conversation so far]")
+            && llm.contains("They asked six questions."),
+        "{llm}"
+    );
+    assert!(!llm.contains("question 0:"), "{llm}");
+    let sent = &mock.requests()[0];
+    assert_eq!(sent["stream"], false, "the summary is one non-streamed call");
+    assert!(sent["messages"][1]["content"].as_str().unwrap().contains("question 0:"));
+
+    // No provider: a clear error, nothing written.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = brain(
+        &db,
+        &[
+            "sessions",
+            "compact",
+            &sid,
+            "--provider-url",
+            &format!("http://127.0.0.1:{port}/v1"),
+        ],
+    );
+    assert_eq!(down.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&down.stderr).contains("unreachable"));
+    let bad = brain(&db, &["sessions", "compact", &sid, "--compact-at", "2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("between 0.1 and 0.95"));
+}

@@ -497,3 +497,48 @@ fn the_budget_follows_the_serving_models_window_and_falls_back_on_errors() {
             .contains("I promise to pay Alice Moreau 250 euros on 2026-12-01")
     );
 }
+
+#[test]
+fn input_larger_than_the_summarizers_window_is_summarised_in_chunks_then_together() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 16, 60);
+    let k = Keeper {
+        reply: Some(SummaryOutput {
+            text: "A short chunk summary with 1 fact.".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+        }),
+        ..Keeper::new(400)
+    };
+    let out = c.pass(id, budget(100_000), &k, true).unwrap();
+    assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
+    let inputs = k.inputs.lock().unwrap().clone();
+    assert!(
+        inputs.len() >= 3,
+        "several chunks, then their summaries: {}",
+        inputs.len()
+    );
+    let estimator = Estimator::new();
+    for i in &inputs {
+        assert!(
+            estimator.count(&i.text) + i.max_tokens <= 400,
+            "each call fits the window"
+        );
+        assert_eq!(i.max_tokens, 400 / 8);
+    }
+    let last = inputs.last().unwrap();
+    assert!(
+        last.text
+            .contains("A short chunk summary with 1 fact.\n\nA short chunk summary")
+    );
+    let all_chunks: String = inputs[..inputs.len() - 1]
+        .iter()
+        .map(|i| i.text.as_str())
+        .collect();
+    for n in [0, 3, 7] {
+        assert!(
+            all_chunks.contains(&format!("question {n}:")),
+            "question {n} was summarised"
+        );
+    }
+}
