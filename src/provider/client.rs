@@ -444,28 +444,44 @@ impl ChatStream {
     }
 }
 
-impl Iterator for ChatStream {
-    type Item = Result<StreamEvent, ProviderError>;
+/// What [`ChatStream::poll`] found within its wait.
+#[derive(Debug, PartialEq)]
+pub enum Poll {
+    Event(Result<StreamEvent, ProviderError>),
+    /// Nothing yet: the stream is alive and within its timeouts.
+    Idle,
+    /// The stream is over.
+    Done,
+}
 
-    fn next(&mut self) -> Option<Self::Item> {
+impl ChatStream {
+    /// Waits at most `wait` for the next event, so a caller can do timed work (a
+    /// checkpoint every 2 s) while the provider is slow.
+    pub fn poll(&mut self, wait: Duration) -> Poll {
+        let until = Instant::now() + wait;
         loop {
             if let Some(ev) = self.pending.pop_front() {
-                return Some(Ok(ev));
+                return Poll::Event(Ok(ev));
             }
             if self.finished {
-                return None;
+                return Poll::Done;
             }
             if self.cancel.load(Ordering::SeqCst) {
-                return self.fail(ProviderError::Cancelled);
+                return self.failed(ProviderError::Cancelled);
             }
             let (left, timeout_error) = self.deadline();
             if left.is_zero() {
-                return self.fail(timeout_error);
+                return self.failed(timeout_error);
             }
-            match self.rx.recv_timeout(left.min(config::STREAM_CANCEL_POLL)) {
+            let now = Instant::now();
+            if now >= until {
+                return Poll::Idle;
+            }
+            let slice = left.min(config::STREAM_CANCEL_POLL).min(until - now);
+            match self.rx.recv_timeout(slice) {
                 Ok(Wire::Bytes(b)) => {
                     if let Err(e) = self.on_bytes(&b) {
-                        return self.fail(e);
+                        return self.failed(e);
                     }
                 }
                 Ok(Wire::End) if self.saw_finish => {
@@ -473,10 +489,32 @@ impl Iterator for ChatStream {
                     self.finished = true;
                 }
                 Ok(Wire::End) | Err(RecvTimeoutError::Disconnected) => {
-                    return self.fail(ProviderError::Cut("the stream ended before [DONE]".into()));
+                    return self
+                        .failed(ProviderError::Cut("the stream ended before [DONE]".into()));
                 }
-                Ok(Wire::Failed(e)) => return self.fail(e),
+                Ok(Wire::Failed(e)) => return self.failed(e),
                 Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    fn failed(&mut self, e: ProviderError) -> Poll {
+        match self.fail(e) {
+            Some(r) => Poll::Event(r),
+            None => Poll::Done,
+        }
+    }
+}
+
+impl Iterator for ChatStream {
+    type Item = Result<StreamEvent, ProviderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.poll(Duration::from_secs(3600)) {
+                Poll::Event(e) => return Some(e),
+                Poll::Done => return None,
+                Poll::Idle => {}
             }
         }
     }

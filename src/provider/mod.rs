@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use client::{ChatStream, Provider, ProviderConfig};
+pub use client::{ChatStream, Poll, Provider, ProviderConfig};
 
 use crate::session::events::Usage;
 

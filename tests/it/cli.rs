@@ -250,8 +250,16 @@ fn compact_by_hand_prints_tokens_before_and_after() {
     );
     assert!(!llm.contains("question 0:"), "{llm}");
     let sent = &mock.requests()[0];
-    assert_eq!(sent["stream"], false, "the summary is one non-streamed call");
-    assert!(sent["messages"][1]["content"].as_str().unwrap().contains("question 0:"));
+    assert_eq!(
+        sent["stream"], false,
+        "the summary is one non-streamed call"
+    );
+    assert!(
+        sent["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("question 0:")
+    );
 
     // No provider: a clear error, nothing written.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
