@@ -234,21 +234,46 @@ fn last_user_text(body: &Value) -> String {
         .to_owned()
 }
 
-/// The step for this request: queued, else in the last user message, else the default.
+/// The step for this request: the first queued step for its kind (a step's optional
+/// `"kind"` is `"stream"` or `"complete"`), else (streamed requests only) a step in the last
+/// user message, else the default answer.
 fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
-    if let Some(step) = lock(state).script.pop_front() {
-        return step;
+    let streamed = body["stream"] == true;
+    let want = if streamed { "stream" } else { "complete" };
+    {
+        let mut s = lock(state);
+        let at = s
+            .script
+            .iter()
+            .position(|step| step["kind"].as_str().is_none_or(|k| k == want));
+        if let Some(step) = at.and_then(|i| s.script.remove(i)) {
+            return step;
+        }
     }
     let last = last_user_text(body);
-    if let Some(start) = last.find("[[mock ") {
-        if let Some(end) = last[start..].find("]]") {
-            if let Ok(step) = serde_json::from_str(&last[start + 7..start + end]) {
-                return step;
+    if streamed {
+        if let Some(start) = last.find("[[mock ") {
+            if let Some(end) = last[start..].find("]]") {
+                if let Ok(step) = serde_json::from_str(&last[start + 7..start + end]) {
+                    return step;
+                }
             }
         }
     }
     let short: String = last.chars().take(60).collect();
-    json!({"text": format!("mock answer {n} to: {short}")})
+    if streamed {
+        return json!({"text": format!("mock answer {n} to: {short}")});
+    }
+    // Background work: what each kind of request expects.
+    let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+    if system.contains("JSON") {
+        let memory = json!({"files_changed": [], "failures": [], "key_findings": [format!("mock finding {n}")]});
+        json!({"text": memory.to_string()})
+    } else if system.contains("title") {
+        json!({"text": format!("Mock Title {n}")})
+    } else {
+        json!({"text": format!("Mock summary {n}: {short}")})
+    }
 }
 
 fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<()> {

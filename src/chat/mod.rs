@@ -1,6 +1,13 @@
 //! The chat layer: where sessions meet the provider. It composes the store, the
 //! projections, compaction and the provider client; neither of those knows the other.
 //!
+//! - [`engine`]: the turn engine: one attempt per session at a time (I7), owned by the
+//!   server and not by a connection (I8), durable at every step (I2, I5).
+//! - [`frames`]: what an attempt streams, kept for late subscribers.
 //! - [`summarizer`]: the provider as compaction's summarizer.
+//! - [`post_turn`]: distillation and the automatic title.
 
+pub mod engine;
+pub mod frames;
+pub mod post_turn;
 pub mod summarizer;
