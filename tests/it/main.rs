@@ -4,6 +4,7 @@
 mod cli;
 mod compaction;
 mod crash;
+mod engine;
 mod ledger;
 mod listing;
 mod migrations;
