@@ -216,6 +216,8 @@ impl Engine {
         model: Option<String>,
     ) -> Subscription {
         let turn = Arc::new(turn);
+        // Ended attempts are kept for `/live` only so long.
+        turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
         turns.insert(turn.session_id, Arc::clone(&turn));
         let subscription = turn.subscribe();
         let inner = Arc::clone(&self.inner);
