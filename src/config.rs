@@ -51,3 +51,7 @@ pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Default wait between two chunks of a stream.
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The system prompt of sessions created without one.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Answer clearly and \
+concisely; say so when you are not sure.";

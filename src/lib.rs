@@ -22,6 +22,7 @@
 //! The binary (`src/main.rs`) only parses arguments, runs a command and maps errors to an
 //! exit code.
 
+pub mod api;
 pub mod chat;
 pub mod cli;
 pub mod clock;

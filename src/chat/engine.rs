@@ -248,6 +248,26 @@ impl Engine {
         }
     }
 
+    /// Deletes a session, unless one of its attempts is running (409 `turn_in_flight`).
+    pub fn delete(&self, id: SessionId) -> Result<(), EngineError> {
+        let turns = lock(&self.inner.turns);
+        if turns.get(&id).is_some_and(|t| !t.is_done()) {
+            return Err(EngineError::TurnInFlight);
+        }
+        self.inner.store.delete_session(id)?;
+        Ok(())
+    }
+
+    /// The provider this engine talks to.
+    pub fn provider(&self) -> &Arc<Provider> {
+        &self.inner.provider
+    }
+
+    /// The engine's settings.
+    pub fn settings(&self) -> &EngineSettings {
+        &self.inner.settings
+    }
+
     /// Whether the session has an attempt running.
     pub fn turn_active(&self, id: SessionId) -> bool {
         lock(&self.inner.turns)

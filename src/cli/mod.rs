@@ -4,7 +4,15 @@
 //! Output goes to a writer given by `main`, so a closed pipe (`brain … | head`) is an
 //! ordinary error, not a panic.
 
+mod serve;
 mod sessions;
+
+/// Parses `ServeArgs` alone (for `brain` with no command).
+#[derive(Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    args: ServeArgs,
+}
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,7 +39,7 @@ pub struct Cli {
     pub sync: SyncArg,
 
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -104,8 +112,61 @@ fn parse_compact_at(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `brain serve`'s settings (SPEC §10).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on (a non-loopback address needs --api-token)
+    #[arg(long, env = "BRAIN_LISTEN", default_value = "127.0.0.1:7420")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// The model for distillation and titles [default: the chat model]
+    #[arg(long, env = "BRAIN_MINI_MODEL")]
+    pub mini_model: Option<String>,
+    /// The system prompt of new sessions
+    #[arg(long, env = "BRAIN_SYSTEM_PROMPT", default_value = crate::config::DEFAULT_SYSTEM_PROMPT)]
+    pub system_prompt: String,
+    /// Sampling temperature sent to the model [default: the model's own]
+    #[arg(long, env = "BRAIN_TEMPERATURE", value_parser = parse_temperature)]
+    pub temperature: Option<f32>,
+    /// Distil each completed turn into turn memory
+    #[arg(long, env = "BRAIN_DISTILL", default_value = "on", value_parser = ["on", "off"])]
+    pub distill: String,
+    /// Seconds to wait for a model's first token
+    #[arg(long, env = "BRAIN_FIRST_TOKEN_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub first_token_timeout: u64,
+    /// Seconds a stream may stay silent between chunks
+    #[arg(long, env = "BRAIN_STREAM_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub stream_idle_timeout: u64,
+    /// The largest user message, in bytes
+    #[arg(long, env = "BRAIN_MAX_MESSAGE_BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(1..=67_108_864))]
+    pub max_message_bytes: u64,
+    /// The largest request body, in bytes
+    #[arg(long, env = "BRAIN_MAX_BODY_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1024..=268_435_456))]
+    pub max_body_bytes: u64,
+    /// A bearer token every /v1 request must carry
+    #[arg(long, env = "BRAIN_API_TOKEN")]
+    pub api_token: Option<String>,
+    /// Another Host name this server answers to (repeatable)
+    #[arg(
+        long = "allowed-host",
+        env = "BRAIN_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+}
+
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
+        _ => Err(format!("{s:?} is not a temperature between 0 and 2")),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the API (the default command)
+    Serve(ServeArgs),
     /// Create the database if needed, apply its migrations, and exit
     Migrate,
     /// History from the terminal: list, show and search sessions
@@ -194,6 +255,8 @@ pub enum CliError {
     Provider(#[from] crate::provider::ProviderError),
     #[error("{0}")]
     Compaction(#[from] crate::session::compactor::CompactionError),
+    #[error("{0}")]
+    Serve(String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -208,7 +271,13 @@ impl CliError {
 /// Runs a parsed command line, writing its output to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
     let sync = cli.sync.into();
-    match cli.command {
+    let command = match cli.command {
+        Some(c) => c,
+        // No command: serve, with settings from the environment and defaults.
+        None => Command::Serve(ServeOnly::parse_from(["brain"]).args),
+    };
+    match command {
+        Command::Serve(args) => serve::run(cli.db, sync, args, out),
         Command::Migrate => migrate(cli.db, sync, out),
         Command::Sessions(cmd) => sessions::run(open_store(cli.db, sync)?, cmd, out),
     }

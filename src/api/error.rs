@@ -1,0 +1,102 @@
+//! The one place where errors become HTTP answers (SPEC §7): a status, a code, and a
+//! message for a person. Internal detail goes to the log, never to the client.
+
+use serde_json::json;
+
+use crate::chat::engine::EngineError;
+use crate::session::StoreError;
+use crate::session::cursor::CursorError;
+
+/// An answer that is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(404, "not_found", message)
+    }
+
+    /// An internal failure: logged in full, answered in general terms.
+    pub fn internal(detail: impl std::fmt::Display) -> ApiError {
+        eprintln!("brain: internal error: {detail}");
+        ApiError::new(
+            500,
+            "internal",
+            "something went wrong inside brain; see its log",
+        )
+    }
+
+    pub fn body(&self) -> String {
+        json!({"error": self.code, "message": self.message}).to_string()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::SessionNotFound(id) => ApiError::not_found(format!("no session {id}")),
+            StoreError::BadQuery(m) => {
+                ApiError::new(400, "bad_query", format!("bad search query: {m}"))
+            }
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::EmptyMessage => ApiError::bad_request("`message` must not be blank"),
+            EngineError::MessageTooLarge(..) => ApiError::new(413, "too_large", e.to_string()),
+            EngineError::TurnInFlight => ApiError::new(409, "turn_in_flight", e.to_string()),
+            EngineError::NothingToRetry => ApiError::new(409, "nothing_to_retry", e.to_string()),
+            EngineError::NoActiveTurn => ApiError::new(404, "no_active_turn", e.to_string()),
+            EngineError::ShuttingDown => ApiError::new(503, "unavailable", e.to_string()),
+            EngineError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<CursorError> for ApiError {
+    fn from(e: CursorError) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::SessionId;
+
+    #[test]
+    fn errors_map_to_the_specs_codes_and_hide_internals() {
+        let e: ApiError = StoreError::SessionNotFound(SessionId::generate()).into();
+        assert_eq!((e.status, e.code), (404, "not_found"));
+        let e: ApiError = StoreError::Corrupt("secret path /var/x".into()).into();
+        assert_eq!((e.status, e.code), (500, "internal"));
+        assert!(!e.message.contains("secret"));
+        let e: ApiError = EngineError::TurnInFlight.into();
+        assert_eq!((e.status, e.code), (409, "turn_in_flight"));
+        let e: ApiError = CursorError::Half.into();
+        assert_eq!((e.status, e.code), (400, "bad_request"));
+        let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(body["error"], "bad_request");
+        assert!(body["message"].as_str().unwrap().contains("before"));
+    }
+}

@@ -1,0 +1,395 @@
+//! The routes of SPEC §7: parse, call the engine or the store, shape the answer.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value, json};
+use tiny_http::Request;
+
+use super::Api;
+use super::error::ApiError;
+use super::http::{self, Answer, header_value, json_body, number, split_url};
+use crate::chat::frames::Subscription;
+use crate::session::compactor::Budget;
+use crate::session::cursor::{ArchivedFilter, Cursor};
+use crate::session::events::TitledBy;
+use crate::session::projection::{llm_context, ui_transcript};
+use crate::session::store::{ListQuery, SearchQuery, Syntax};
+use crate::session::{SessionId, SessionRow};
+
+/// The longest title accepted, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// What a route answers: a JSON answer, or a stream of an attempt's frames.
+enum Reply {
+    Answer(Answer),
+    Stream(SessionId, Subscription),
+}
+
+/// Answers one request. Never panics on what a client sends; every error is
+/// `{error, message}` with the SPEC's status.
+pub fn handle(api: &Api, mut req: Request) {
+    let reply = route(api, &mut req);
+    match reply {
+        Ok(Reply::Answer(a)) => {
+            let _ = req.respond(a);
+        }
+        Ok(Reply::Stream(id, sub)) => http::stream(req, &id.to_string(), 200, sub),
+        Err(e) => {
+            let _ = req.respond(http::error(&e));
+        }
+    }
+}
+
+fn route(api: &Api, req: &mut Request) -> Result<Reply, ApiError> {
+    let method = req.method().as_str().to_ascii_uppercase();
+    let (path, params) = split_url(req.url())?;
+    api.guards.check(
+        &method,
+        &path,
+        header_value(req, "Host"),
+        header_value(req, "Origin"),
+        header_value(req, "Authorization"),
+    )?;
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let answer = |a: Result<Answer, ApiError>| a.map(Reply::Answer);
+    match (method.as_str(), segments.as_slice()) {
+        ("GET", ["health"]) => answer(Ok(health(api))),
+        ("GET", ["v1", "models"]) => answer(Ok(models(api))),
+        ("GET", ["v1", "sessions"]) => answer(list(api, &params)),
+        ("POST", ["v1", "sessions"]) => answer(create(api, req)),
+        ("GET", ["v1", "search"]) => answer(search(api, &params)),
+        ("GET", ["v1", "usage"]) => answer(usage(api, &params)),
+        (m, ["v1", "sessions", id, rest @ ..]) => session_route(api, req, m, id, rest, &params),
+        ("GET", [] | ["sessions", _]) => Err(ApiError::not_found(
+            "the web UI is not part of this build yet; the API is under /v1",
+        )),
+        (_, ["health"] | ["v1", "models" | "sessions" | "search" | "usage"]) => Err(ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed on {path}"),
+        )),
+        _ => Err(ApiError::not_found(format!("no route {path}"))),
+    }
+}
+
+fn session_route(
+    api: &Api,
+    req: &mut Request,
+    method: &str,
+    id: &str,
+    rest: &[&str],
+    params: &HashMap<String, String>,
+) -> Result<Reply, ApiError> {
+    let id: SessionId = id
+        .parse()
+        .map_err(|_| ApiError::not_found("no such session (malformed id)"))?;
+    let engine = &api.engine;
+    match (method, rest) {
+        ("GET", []) => transcript(api, id, params).map(Reply::Answer),
+        ("PATCH", []) => patch(api, req, id).map(Reply::Answer),
+        ("DELETE", []) => {
+            engine.delete(id)?;
+            Ok(Reply::Answer(http::empty(204)))
+        }
+        ("POST", ["messages"]) => {
+            let body = json_body(req, api.config.max_body_bytes)?;
+            let message = string_field(&body, "message")?
+                .ok_or_else(|| ApiError::bad_request("`message` is required"))?;
+            let model = string_field(&body, "model")?;
+            Ok(Reply::Stream(id, engine.send(id, &message, model)?))
+        }
+        ("POST", ["retry"]) => {
+            let body = json_body(req, api.config.max_body_bytes)?;
+            let model = string_field(&body, "model")?;
+            Ok(Reply::Stream(id, engine.retry(id, model)?))
+        }
+        ("POST", ["stop"]) => {
+            engine.store().session(id)?;
+            engine.stop(id)?;
+            Ok(Reply::Answer(http::json(202, &json!({}))))
+        }
+        ("GET", ["live"]) => {
+            engine.store().session(id)?;
+            Ok(Reply::Stream(id, engine.live(id)?))
+        }
+        ("GET", ["context"]) => context(api, id).map(Reply::Answer),
+        ("GET", ["events"]) => events(api, id, params).map(Reply::Answer),
+        (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events"]) => {
+            Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                format!("{method} is not allowed here"),
+            ))
+        }
+        _ => Err(ApiError::not_found("no such route")),
+    }
+}
+
+/// An optional string field; any other type is a 400.
+fn string_field(body: &Map<String, Value>, name: &str) -> Result<Option<String>, ApiError> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::bad_request(format!("`{name}` must be a string"))),
+    }
+}
+
+fn title_field(body: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    let Some(title) = string_field(body, "title")? else {
+        return Ok(None);
+    };
+    let title = title.trim().to_owned();
+    if title.is_empty() || title.chars().count() > MAX_TITLE_CHARS {
+        return Err(ApiError::bad_request(format!(
+            "`title` must be 1 to {MAX_TITLE_CHARS} characters"
+        )));
+    }
+    Ok(Some(title))
+}
+
+fn session_json(api: &Api, s: &SessionRow) -> Value {
+    json!({
+        "id": s.id.to_string(),
+        "title": s.title,
+        "archived": s.archived,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "turn_active": api.engine.turn_active(s.id),
+    })
+}
+
+fn health(api: &Api) -> Answer {
+    let db = api.engine.store().list_sessions(&ListQuery {
+        limit: 1,
+        ..ListQuery::default()
+    });
+    let provider = api.engine.provider().models().is_ok();
+    let status = if db.is_ok() && provider {
+        "ok"
+    } else {
+        "degraded"
+    };
+    http::json(
+        200,
+        &json!({
+            "status": status,
+            "version": env!("CARGO_PKG_VERSION"),
+            "db": if db.is_ok() { "ok" } else { "error" },
+            "provider": if provider { "ok" } else { "unreachable" },
+        }),
+    )
+}
+
+fn models(api: &Api) -> Answer {
+    let p = api.engine.provider();
+    let s = api.engine.settings();
+    let list = p.models().map(|l| l.to_vec()).unwrap_or_default();
+    let chat = p.resolve_model(s.chat_model.as_deref()).ok();
+    let models: Vec<Value> = list
+        .iter()
+        .map(|m| {
+            let is_chat = chat.as_deref() == Some(m.id.as_str());
+            let w = p.window(&m.id, s.context_window.filter(|_| is_chat));
+            json!({"id": m.id, "window": w.tokens, "window_source": w.source})
+        })
+        .collect();
+    http::json(
+        200,
+        &json!({
+            "models": models,
+            "chat_model": chat,
+            "summarize_model": s.summarize_model.clone().or_else(|| chat.clone()),
+            "mini_model": s.mini_model.clone().or_else(|| chat.clone()),
+        }),
+    )
+}
+
+fn list(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiError> {
+    let before = Cursor::from_parts(
+        params.get("before").map(String::as_str),
+        params.get("before_id").map(String::as_str),
+    )?;
+    let archived = match params.get("archived") {
+        None => None,
+        Some(a) => Some(
+            a.parse::<ArchivedFilter>()
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        ),
+    };
+    let query = params
+        .get("query")
+        .filter(|q| !q.trim().is_empty())
+        .cloned();
+    let page = api.engine.store().list_sessions(&ListQuery {
+        before,
+        limit: number(params, "limit", 50, 1, 200)? as u32,
+        archived,
+        query,
+    })?;
+    let sessions: Vec<Value> = page.sessions.iter().map(|s| session_json(api, s)).collect();
+    let next = page
+        .next
+        .map(|c| json!({"before": c.updated_at, "before_id": c.id.to_string()}));
+    Ok(http::json(
+        200,
+        &json!({"sessions": sessions, "next": next}),
+    ))
+}
+
+fn create(api: &Api, req: &mut Request) -> Result<Answer, ApiError> {
+    let body = json_body(req, api.config.max_body_bytes)?;
+    let title = title_field(&body)?;
+    let system = string_field(&body, "system")?.unwrap_or_else(|| api.config.system_prompt.clone());
+    if system.len() > api.engine.settings().max_message_bytes {
+        return Err(ApiError::new(
+            413,
+            "too_large",
+            "the system prompt is too long",
+        ));
+    }
+    let row = api.engine.store().create_session(title, system)?;
+    Ok(http::json(201, &session_json(api, &row)))
+}
+
+fn patch(api: &Api, req: &mut Request, id: SessionId) -> Result<Answer, ApiError> {
+    let body = json_body(req, api.config.max_body_bytes)?;
+    let title = title_field(&body)?;
+    let archived = match body.get("archived") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(ApiError::bad_request("`archived` must be true or false")),
+    };
+    if title.is_none() && archived.is_none() {
+        return Err(ApiError::bad_request("give `title` or `archived`"));
+    }
+    let row = api.engine.store().write(|w| {
+        if let Some(t) = title {
+            w.rename(id, t, TitledBy::User)?;
+        }
+        if let Some(a) = archived {
+            w.set_archived(id, a)?;
+        }
+        w.session(id)
+    })?;
+    Ok(http::json(200, &session_json(api, &row)))
+}
+
+fn transcript(
+    api: &Api,
+    id: SessionId,
+    params: &HashMap<String, String>,
+) -> Result<Answer, ApiError> {
+    let store = api.engine.store();
+    let session = store.session(id)?;
+    let before = number(params, "before_seq", u64::MAX, 1, u64::MAX)?;
+    let limit = number(params, "limit", 500, 1, 1000)? as usize;
+    let items = ui_transcript(&store.events(id, 0, None)?);
+    let older: Vec<_> = items.into_iter().filter(|i| i.seq < before).collect();
+    let start = older.len().saturating_sub(limit);
+    let page = &older[start..];
+    Ok(http::json(
+        200,
+        &json!({"session": session_json(api, &session), "items": page, "more": start > 0}),
+    ))
+}
+
+fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
+    let store = api.engine.store();
+    let ctx = llm_context(&store.events_for_context(id)?);
+    let tokens = api.estimator.context(&ctx);
+    let s = api.engine.settings();
+    let p = api.engine.provider();
+    let model = p.resolve_model(s.chat_model.as_deref()).ok();
+    let window = p.window(model.as_deref().unwrap_or_default(), s.context_window);
+    let budget = Budget {
+        window: window.tokens,
+        compact_at: s.compact_at,
+        output_reserve: s.max_output_tokens.map_or(0, u64::from),
+    };
+    let messages: Vec<Value> = ctx
+        .messages
+        .iter()
+        .zip(&tokens.messages)
+        .map(|(m, t)| json!({"role": m.role, "content": m.content, "tokens": t}))
+        .collect();
+    Ok(http::json(
+        200,
+        &json!({
+            "system": ctx.system,
+            "messages": messages,
+            "tokens": tokens.total,
+            "window": window.tokens,
+            "trigger_tokens": budget.trigger_tokens(),
+            "model": model,
+        }),
+    ))
+}
+
+fn events(api: &Api, id: SessionId, params: &HashMap<String, String>) -> Result<Answer, ApiError> {
+    let after = number(params, "after_seq", 0, 0, u64::MAX)?;
+    let limit = number(params, "limit", 500, 1, 1000)? as u32;
+    let events = api.engine.store().events(id, after, Some(limit))?;
+    let events: Vec<Value> = events
+        .iter()
+        .map(|e| {
+            let payload = serde_json::from_str::<Value>(&e.payload)
+                .unwrap_or(Value::String(e.payload.clone()));
+            json!({"seq": e.seq, "kind": e.kind, "payload": payload, "created_at": e.created_at})
+        })
+        .collect();
+    Ok(http::json(200, &json!({"events": events})))
+}
+
+fn search(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiError> {
+    let q = params.get("q").map(|q| q.trim()).unwrap_or_default();
+    if q.is_empty() {
+        return Err(ApiError::new(400, "bad_query", "the search is empty"));
+    }
+    let syntax = match params.get("syntax").map(String::as_str) {
+        None | Some("plain") => Syntax::Plain,
+        Some("fts") => Syntax::Fts,
+        Some(_) => return Err(ApiError::bad_request("`syntax` must be plain or fts")),
+    };
+    let hits = api.engine.store().search(&SearchQuery {
+        text: q.to_owned(),
+        syntax,
+        limit: number(params, "limit", 20, 1, 100)? as u32,
+        offset: number(params, "offset", 0, 0, 100_000)? as u32,
+    })?;
+    let hits: Vec<Value> = hits
+        .iter()
+        .map(|h| {
+            json!({
+                "session_id": h.session_id.to_string(), "title": h.title, "seq": h.seq,
+                "kind": h.kind, "snippet": h.snippet, "highlights": h.highlights,
+                "created_at": h.created_at,
+            })
+        })
+        .collect();
+    Ok(http::json(200, &json!({"hits": hits})))
+}
+
+fn usage(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiError> {
+    let session = match params.get("session_id") {
+        None => None,
+        Some(s) => Some(
+            s.parse::<SessionId>()
+                .map_err(|_| ApiError::bad_request("`session_id` is not a session id"))?,
+        ),
+    };
+    let report = api.engine.store().usage(session)?;
+    let totals = |t: &crate::session::store::UsageTotals| {
+        json!({
+            "calls": t.calls, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+            "cache_read_tokens": t.cache_read_tokens, "cache_write_tokens": t.cache_write_tokens,
+        })
+    };
+    let mut body = totals(&report.total);
+    let by: Map<String, Value> = report
+        .by_purpose
+        .iter()
+        .map(|(k, t)| (k.clone(), totals(t)))
+        .collect();
+    body["by_purpose"] = Value::Object(by);
+    Ok(http::json(200, &body))
+}

@@ -1,0 +1,138 @@
+//! `brain serve`: settings validated at startup, the database's lock file, the server, and
+//! a shutdown on SIGTERM or Ctrl-C that ends every attempt within 10 s.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use super::{CliError, ServeArgs, resolve_db_path};
+use crate::api::{self, ApiConfig};
+use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
+use crate::provider::client::api_key_from_env;
+use crate::provider::{Provider, ProviderConfig};
+use crate::session::{Store, StoreOptions, SyncMode};
+
+/// The lock file beside a database: it holds the URL of the server that owns it.
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the database's lock file, unless a live server holds it.
+fn take_lock(db: &Path, url: &str) -> Result<PathBuf, CliError> {
+    let path = lock_path(db);
+    if let Ok(text) = fs::read_to_string(&path) {
+        let mut lines = text.lines();
+        let held_by = lines.next().unwrap_or_default().to_owned();
+        let pid = lines.next().and_then(|p| p.trim().parse::<u32>().ok());
+        let alive = pid
+            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists() && p != std::process::id());
+        if alive {
+            return Err(CliError::Serve(format!(
+                "another brain already serves {} at {held_by} (lock file {})",
+                db.display(),
+                path.display()
+            )));
+        }
+    }
+    fs::write(&path, format!("{url}\n{}\n", std::process::id())).map_err(|e| {
+        CliError::Serve(format!(
+            "cannot write the lock file {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(path)
+}
+
+fn validate(args: &ServeArgs) -> Result<(), CliError> {
+    if !args.listen.ip().is_loopback()
+        && args
+            .api_token
+            .as_deref()
+            .is_none_or(|t| t.trim().is_empty())
+    {
+        return Err(CliError::Serve(format!(
+            "refusing to listen on {} (not loopback) without --api-token: anyone on the \
+             network could read and write your sessions",
+            args.listen
+        )));
+    }
+    Ok(())
+}
+
+pub fn run(
+    db: Option<PathBuf>,
+    sync: SyncMode,
+    args: ServeArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    validate(&args)?;
+    let db = resolve_db_path(db)?;
+    let store = Arc::new(Store::open(
+        &db,
+        StoreOptions {
+            sync,
+            ..StoreOptions::default()
+        },
+    )?);
+    crate::tokens::warm_up();
+    let p = &args.provider;
+    let mut cfg = ProviderConfig::new(&p.provider_url);
+    cfg.api_key = api_key_from_env(&p.api_key_env);
+    cfg.first_token_timeout = Duration::from_secs(args.first_token_timeout);
+    cfg.idle_timeout = Duration::from_secs(args.stream_idle_timeout);
+    let settings = EngineSettings {
+        chat_model: p.model.clone(),
+        summarize_model: p.summarize_model.clone(),
+        mini_model: args.mini_model.clone(),
+        context_window: p.context_window,
+        compact_at: p.compact_at,
+        max_output_tokens: p.max_output_tokens,
+        temperature: args.temperature,
+        distill: args.distill == "on",
+        max_message_bytes: args.max_message_bytes as usize,
+        ..EngineSettings::default()
+    };
+    let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
+    let config = ApiConfig {
+        listen: args.listen,
+        token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
+        allowed_hosts: args.allowed_hosts.clone(),
+        max_body_bytes: args.max_body_bytes as usize,
+        system_prompt: args.system_prompt.clone(),
+    };
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| CliError::Serve(format!("cannot handle signals: {e}")))?;
+    let running = api::start(config, engine.clone()).map_err(CliError::Serve)?;
+    let lock = take_lock(&db, &running.url())?;
+    writeln!(
+        out,
+        "brain serving {} (database {}, provider {})",
+        running.url(),
+        db.display(),
+        p.provider_url
+    )?;
+    out.flush()?;
+    let signal = signals.forever().next();
+    eprintln!(
+        "brain: {} received: shutting down",
+        if signal == Some(SIGINT) {
+            "interrupt"
+        } else {
+            "SIGTERM"
+        }
+    );
+    running.stop();
+    let report = engine.shutdown(SHUTDOWN_DEADLINE);
+    eprintln!(
+        "brain: ended {} running attempts ({} unfinished), skipped {} post-turn jobs",
+        report.ended_attempts, report.unfinished_attempts, report.skipped_background
+    );
+    let _ = fs::remove_file(lock);
+    Ok(())
+}
