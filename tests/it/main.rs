@@ -11,5 +11,6 @@ mod migrations;
 mod provider;
 mod real_llm;
 mod search;
+mod server;
 mod store;
 mod support;
