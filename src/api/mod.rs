@@ -5,6 +5,7 @@
 //! - [`guards`]: Host, Origin and bearer checks.
 //! - [`http`]: query strings, JSON bodies under a limit, answers, SSE.
 //! - [`routes`]: what each route does.
+//! - [`views`]: the JSON shapes of sessions, events and hits.
 //!
 //! **Architecture invariant:** only `api` knows HTTP and the wire shapes of the API.
 
@@ -12,6 +13,7 @@ pub mod error;
 pub mod guards;
 pub mod http;
 pub mod routes;
+pub mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

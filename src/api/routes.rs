@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 use tiny_http::Request;
 
-use super::Api;
 use super::error::ApiError;
 use super::http::{self, Answer, header_value, json_body, number, split_url};
+use super::{Api, views};
 use crate::chat::frames::Subscription;
 use crate::session::compactor::Budget;
 use crate::session::cursor::{ArchivedFilter, Cursor};
@@ -148,14 +148,7 @@ fn title_field(body: &Map<String, Value>) -> Result<Option<String>, ApiError> {
 }
 
 fn session_json(api: &Api, s: &SessionRow) -> Value {
-    json!({
-        "id": s.id.to_string(),
-        "title": s.title,
-        "archived": s.archived,
-        "created_at": s.created_at,
-        "updated_at": s.updated_at,
-        "turn_active": api.engine.turn_active(s.id),
-    })
+    views::session(s, Some(api.engine.turn_active(s.id)))
 }
 
 fn health(api: &Api) -> Answer {
@@ -356,16 +349,7 @@ fn search(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiErro
         limit: number(params, "limit", 20, 1, 100)? as u32,
         offset: number(params, "offset", 0, 0, 100_000)? as u32,
     })?;
-    let hits: Vec<Value> = hits
-        .iter()
-        .map(|h| {
-            json!({
-                "session_id": h.session_id.to_string(), "title": h.title, "seq": h.seq,
-                "kind": h.kind, "snippet": h.snippet, "highlights": h.highlights,
-                "created_at": h.created_at,
-            })
-        })
-        .collect();
+    let hits: Vec<Value> = hits.iter().map(views::hit).collect();
     Ok(http::json(200, &json!({"hits": hits})))
 }
 

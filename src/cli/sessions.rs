@@ -3,16 +3,17 @@
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
-use serde_json::{Value, json, value::RawValue};
+use serde_json::{Value, json};
 
 use super::{CliError, ProviderArgs, SessionsCommand};
+use crate::api::views;
 use crate::chat::summarizer::ProviderSummarizer;
 use crate::provider::client::api_key_from_env;
 use crate::provider::{Provider, ProviderConfig};
 use crate::session::compactor::{Budget, Compactor, PassOutcome};
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
-use crate::session::{Event, SessionId, SessionRow, Store};
+use crate::session::{SessionId, SessionRow, Store};
 use crate::tokens::Estimator;
 
 /// Sessions fetched per page while listing everything.
@@ -71,13 +72,7 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
 /// The session's JSON shape, as the API has it (less `turn_active`, which only a running
 /// server knows).
 fn session_json(s: &SessionRow) -> Value {
-    json!({
-        "id": s.id.to_string(),
-        "title": s.title,
-        "archived": s.archived,
-        "created_at": s.created_at,
-        "updated_at": s.updated_at,
-    })
+    views::session(s, None)
 }
 
 fn list(
@@ -289,7 +284,7 @@ fn show_events(
     let session = store.session(id)?;
     let events = store.events(id, 0, None)?;
     if as_json {
-        let events: Vec<Value> = events.iter().map(event_json).collect();
+        let events: Vec<Value> = events.iter().map(views::event).collect();
         let mut s = session_json(&session);
         s["system"] = json!(session.system);
         writeln!(out, "{}", json!({"session": s, "events": events}))?;
@@ -306,15 +301,6 @@ fn show_events(
     Ok(())
 }
 
-/// An event with its payload embedded as the JSON it is (byte for byte).
-fn event_json(e: &Event) -> Value {
-    let payload = RawValue::from_string(e.payload.clone())
-        .ok()
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-        .unwrap_or_else(|| Value::String(e.payload.clone()));
-    json!({"seq": e.seq, "kind": e.kind, "payload": payload, "created_at": e.created_at})
-}
-
 fn search(
     store: &Store,
     q: &SearchQuery,
@@ -323,7 +309,7 @@ fn search(
 ) -> Result<(), CliError> {
     let hits = store.search(q)?;
     if as_json {
-        let all: Vec<Value> = hits.iter().map(hit_json).collect();
+        let all: Vec<Value> = hits.iter().map(views::hit).collect();
         writeln!(out, "{}", json!({"hits": all}))?;
         return Ok(());
     }
@@ -343,18 +329,6 @@ fn search(
         writeln!(out, "no matches")?;
     }
     Ok(())
-}
-
-fn hit_json(h: &SearchHit) -> Value {
-    json!({
-        "session_id": h.session_id.to_string(),
-        "title": h.title,
-        "seq": h.seq,
-        "kind": h.kind,
-        "snippet": h.snippet,
-        "highlights": h.highlights,
-        "created_at": h.created_at,
-    })
 }
 
 /// The snippet on one line with its highlights shown: bold on a terminal, `**…**` in a

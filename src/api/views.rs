@@ -1,0 +1,42 @@
+//! The JSON shapes of the API's values (SPEC §7), shared by the HTTP routes and the
+//! command line's `--json` output so the two never drift apart.
+
+use serde_json::{Value, json};
+
+use crate::session::store::SearchHit;
+use crate::session::{Event, SessionRow};
+
+/// `Session`; `turn_active` is left out when the caller cannot know it (no server).
+pub fn session(s: &SessionRow, turn_active: Option<bool>) -> Value {
+    let mut v = json!({
+        "id": s.id.to_string(),
+        "title": s.title,
+        "archived": s.archived,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    });
+    if let Some(active) = turn_active {
+        v["turn_active"] = json!(active);
+    }
+    v
+}
+
+/// An event with its payload embedded as the JSON it is.
+pub fn event(e: &Event) -> Value {
+    let payload = serde_json::from_str::<Value>(&e.payload)
+        .unwrap_or_else(|_| Value::String(e.payload.clone()));
+    json!({"seq": e.seq, "kind": e.kind, "payload": payload, "created_at": e.created_at})
+}
+
+/// A search hit.
+pub fn hit(h: &SearchHit) -> Value {
+    json!({
+        "session_id": h.session_id.to_string(),
+        "title": h.title,
+        "seq": h.seq,
+        "kind": h.kind,
+        "snippet": h.snippet,
+        "highlights": h.highlights,
+        "created_at": h.created_at,
+    })
+}
