@@ -55,3 +55,7 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The system prompt of sessions created without one.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Answer clearly and \
 concisely; say so when you are not sure.";
+
+/// How much longer than the caller's own timeout a stream's transport read may block: it
+/// bounds how long an abandoned reader thread lives.
+pub const TRANSPORT_READ_GRACE: Duration = Duration::from_secs(5);

@@ -28,6 +28,8 @@ pub const TITLE_TIMEOUT: Duration = Duration::from_secs(15);
 pub const TITLE_MAX_WORDS: usize = 6;
 /// …and at most this many characters.
 pub const TITLE_MAX_CHARS: usize = 80;
+/// The longest answer asked of the mini model (turn memory JSON, a title).
+pub const BACKGROUND_MAX_TOKENS: u32 = 512;
 /// How much of the exchange the mini model reads.
 pub const EXCHANGE_EXCERPT_CHARS: usize = 4000;
 
@@ -114,7 +116,7 @@ fn ask(
         model: model.to_owned(),
         system: system.to_owned(),
         messages: vec![(ChatRole::User, text.to_owned())],
-        max_tokens: Some(512),
+        max_tokens: Some(BACKGROUND_MAX_TOKENS),
         temperature: Some(0.0),
     };
     let started = Instant::now();

@@ -101,7 +101,7 @@ impl Provider {
         let body = request_body(req, true).to_string();
         // The transport gives up a little after the caller would have.
         let per_read =
-            self.cfg.first_token_timeout.max(self.cfg.idle_timeout) + Duration::from_secs(5);
+            self.cfg.first_token_timeout.max(self.cfg.idle_timeout) + config::TRANSPORT_READ_GRACE;
         let request = self
             .post("chat/completions")
             .header("Accept", "text/event-stream")

@@ -22,6 +22,9 @@ closing remarks.";
 /// The summary's `max_tokens` is at most the summarizer's window divided by this.
 pub const SUMMARY_MAX_TOKENS_DIVISOR: u64 = 8;
 
+/// Tokens kept free in a summarizer request for the chat template's framing.
+pub const SUMMARY_FRAMING_TOKENS: u64 = 64;
+
 /// Passes one pre-send compaction may run before giving up.
 pub const MAX_PASSES: usize = 8;
 
@@ -374,7 +377,9 @@ fn summarise(
     let max_tokens = (window / SUMMARY_MAX_TOKENS_DIVISOR).max(1);
     // Room for the input: the window less the answer, the instructions and framing.
     let input_budget = window
-        .saturating_sub(max_tokens + crate::tokens::count(SUMMARY_SYSTEM_PROMPT) + 64)
+        .saturating_sub(
+            max_tokens + crate::tokens::count(SUMMARY_SYSTEM_PROMPT) + SUMMARY_FRAMING_TOKENS,
+        )
         .max(1);
     let mut pieces = split_to_fit(&render(messages), input_budget);
     for _ in 0..MAX_CHUNK_LEVELS {
