@@ -221,16 +221,16 @@ fn a_provider_that_hangs_hits_the_first_token_timeout() {
 fn a_stream_that_stalls_after_text_hits_the_idle_timeout() {
     let mock = MockLlm::start(&[]);
     // A slow first token is fine under a long first-token timeout; a stall later is not.
-    let p = with_timeouts(&mock, 5_000, 300);
+    let p = with_timeouts(&mock, 5_000, 1_000);
     mock.script(json!({"text": "a b c", "first_delay_ms": 600, "delay_ms": 100}));
     let ok = collect(p.stream_chat(&ask("q")));
     assert_eq!((ok.text.as_str(), ok.error), ("a b c", None));
-    mock.script(json!({"text": "a b c", "delay_ms": 1500}));
+    mock.script(json!({"text": "a b c", "delay_ms": 3000}));
     let c = collect(p.stream_chat(&ask("q")));
     assert_eq!(c.text, "a ");
     assert_eq!(
         c.error,
-        Some(ProviderError::IdleTimeout(Duration::from_millis(300)))
+        Some(ProviderError::IdleTimeout(Duration::from_millis(1_000)))
     );
 }
 
