@@ -272,7 +272,7 @@ fn provider_errors_before_any_text_are_failed_turns_with_their_code() {
 #[test]
 fn a_cut_or_a_stall_after_text_is_interrupted_with_the_text_kept() {
     let mock = MockLlm::start(&[]);
-    let r = rig_with(&mock.url, quiet(), 400);
+    let r = rig_with(&mock.url, quiet(), 800);
     let id = session(&r);
     for (step, kept, code) in [
         (
