@@ -4,8 +4,10 @@
 //! Output goes to a writer given by `main`, so a closed pipe (`brain … | head`) is an
 //! ordinary error, not a panic.
 
+mod chat;
 mod serve;
 mod sessions;
+mod transfer;
 
 /// Parses `ServeArgs` alone (for `brain` with no command).
 #[derive(Parser)]
@@ -156,6 +158,23 @@ pub struct ServeArgs {
     pub allowed_hosts: Vec<String>,
 }
 
+/// `brain chat`'s settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChatArgs {
+    /// Resume this session instead of starting a new one
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The server to talk to [default: the one holding the database, from its lock file]
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The server's bearer token, when it has one
+    #[arg(long, env = "BRAIN_API_TOKEN")]
+    pub api_token: Option<String>,
+    /// Settings for the in-process engine (used only when no server holds the database)
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+}
+
 fn parse_temperature(s: &str) -> Result<f32, String> {
     match s.parse::<f32>() {
         Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
@@ -169,9 +188,23 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create the database if needed, apply its migrations, and exit
     Migrate,
-    /// History from the terminal: list, show and search sessions
+    /// History from the terminal: list, show, search, compact, export and import sessions
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Chat in the terminal, through the server holding the database (or --url), or with
+    /// the engine in-process when no server holds it
+    Chat(ChatArgs),
+    /// Write a consistent copy of the database to PATH (safe while a server runs)
+    Backup {
+        /// Where to write the copy (must not exist)
+        path: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    Jsonl,
+    Markdown,
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,6 +246,26 @@ pub enum SessionsCommand {
         id: String,
         #[command(flatten)]
         provider: ProviderArgs,
+    },
+    /// Write sessions out: JSONL (every event, lossless, for `import`) or Markdown (the
+    /// transcript)
+    Export {
+        /// The session id (or --all)
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every session
+        #[arg(long)]
+        all: bool,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+        /// Write to this file instead of standard output
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Read a JSONL export into this database (all of it or, on any bad line, nothing)
+    Import {
+        /// The JSONL file (`-` for standard input)
+        file: PathBuf,
     },
     /// Search messages, answers, summaries and titles
     Search {
@@ -257,6 +310,8 @@ pub enum CliError {
     Compaction(#[from] crate::session::compactor::CompactionError),
     #[error("{0}")]
     Serve(String),
+    #[error("line {0} of the import: {1} (nothing was imported)")]
+    Import(usize, String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -279,7 +334,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
         Command::Serve(args) => serve::run(cli.db, sync, args, out),
         Command::Migrate => migrate(cli.db, sync, out),
-        Command::Sessions(cmd) => sessions::run(open_store(cli.db, sync)?, cmd, out),
+        Command::Chat(args) => chat::run(cli.db, sync, args, out),
+        Command::Backup { path } => backup(cli.db, sync, &path, out),
+        Command::Sessions(cmd) => {
+            let db = resolve_db_path(cli.db)?;
+            if let SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } = cmd {
+                serve::ensure_not_served(&db, "change its sessions from the command line")?;
+            }
+            sessions::run(open_store(Some(db), sync)?, cmd, out)
+        }
     }
 }
 
@@ -309,8 +372,38 @@ fn open_store(db: Option<PathBuf>, sync: SyncMode) -> Result<Store, CliError> {
     )?)
 }
 
-fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(), CliError> {
+fn backup(
+    db: Option<PathBuf>,
+    sync: SyncMode,
+    path: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let store = open_store(db, sync)?;
+    store.backup_to(path)?;
+    // The copy must open and be whole before we say it is a backup.
+    let copy = rusqlite::Connection::open(path).map_err(StoreError::from)?;
+    let check: String = copy
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .map_err(StoreError::from)?;
+    if check != "ok" {
+        return Err(CliError::Serve(format!(
+            "the backup at {} failed its integrity check: {check}",
+            path.display()
+        )));
+    }
+    writeln!(
+        out,
+        "backup of {} written to {} (integrity ok)",
+        store.path().display(),
+        path.display()
+    )?;
+    Ok(())
+}
+
+fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(), CliError> {
+    let probe = resolve_db_path(db)?;
+    serve::ensure_not_served(&probe, "migrate it")?;
+    let store = open_store(Some(probe), sync)?;
     writeln!(
         out,
         "{}: schema at version {}",

@@ -23,22 +23,37 @@ pub fn lock_path(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The URL of the live server holding the database, if one does. A lock file whose
+/// process is gone is stale and ignored.
+pub fn server_holding(db: &Path) -> Option<String> {
+    let text = fs::read_to_string(lock_path(db)).ok()?;
+    let mut lines = text.lines();
+    let url = lines.next()?.trim().to_owned();
+    let pid = lines.next()?.trim().parse::<u32>().ok()?;
+    let alive = Path::new(&format!("/proc/{pid}")).exists() && pid != std::process::id();
+    alive.then_some(url)
+}
+
+/// Refuses a command that writes while a server holds the database.
+pub fn ensure_not_served(db: &Path, what: &str) -> Result<(), CliError> {
+    match server_holding(db) {
+        Some(url) => Err(CliError::Serve(format!(
+            "a brain server at {url} holds {}; stop it before you {what}",
+            db.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Takes the database's lock file, unless a live server holds it.
 fn take_lock(db: &Path, url: &str) -> Result<PathBuf, CliError> {
     let path = lock_path(db);
-    if let Ok(text) = fs::read_to_string(&path) {
-        let mut lines = text.lines();
-        let held_by = lines.next().unwrap_or_default().to_owned();
-        let pid = lines.next().and_then(|p| p.trim().parse::<u32>().ok());
-        let alive = pid
-            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists() && p != std::process::id());
-        if alive {
-            return Err(CliError::Serve(format!(
-                "another brain already serves {} at {held_by} (lock file {})",
-                db.display(),
-                path.display()
-            )));
-        }
+    if let Some(held_by) = server_holding(db) {
+        return Err(CliError::Serve(format!(
+            "another brain already serves {} at {held_by} (lock file {})",
+            db.display(),
+            path.display()
+        )));
     }
     fs::write(&path, format!("{url}\n{}\n", std::process::id())).map_err(|e| {
         CliError::Serve(format!(

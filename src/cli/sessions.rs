@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{CliError, ProviderArgs, SessionsCommand};
+use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::summarizer::ProviderSummarizer;
 use crate::provider::client::api_key_from_env;
@@ -24,6 +24,41 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
     let store = shared.as_ref();
     match cmd {
         SessionsCommand::Compact { id, provider } => compact(&shared, id.parse()?, &provider, out),
+        SessionsCommand::Export {
+            id,
+            all: _,
+            format,
+            output,
+        } => {
+            let which = match id {
+                Some(id) => transfer::Which::One(id.parse()?),
+                None => transfer::Which::All,
+            };
+            let mut file;
+            let sink: &mut dyn Write = match &output {
+                Some(path) => {
+                    file = std::io::BufWriter::new(std::fs::File::create(path)?);
+                    &mut file
+                }
+                None => out,
+            };
+            match format {
+                ExportFormat::Jsonl => transfer::export_jsonl(store, &which, sink)?,
+                ExportFormat::Markdown => transfer::export_markdown(store, &which, sink)?,
+            }
+            Ok(sink.flush()?)
+        }
+        SessionsCommand::Import { file } => {
+            let sessions = if file.as_os_str() == "-" {
+                transfer::read_jsonl(&mut std::io::stdin().lock())?
+            } else {
+                let f = std::fs::File::open(&file)?;
+                transfer::read_jsonl(&mut std::io::BufReader::new(f))?
+            };
+            let (n, events) = transfer::import(store, &sessions)?;
+            writeln!(out, "imported {n} sessions ({events} events)")?;
+            Ok(())
+        }
         SessionsCommand::List {
             query,
             archived,

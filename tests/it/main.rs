@@ -14,3 +14,4 @@ mod search;
 mod server;
 mod store;
 mod support;
+mod terminal;

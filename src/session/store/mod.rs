@@ -35,6 +35,8 @@ use crate::config;
 pub enum StoreError {
     #[error("session {0} not found")]
     SessionNotFound(SessionId),
+    #[error("session {0} already exists")]
+    AlreadyExists(SessionId),
     #[error(
         "the database's schema (version {found}) is newer than this brain understands \
          (up to version {supported}); run a newer brain"
@@ -162,6 +164,23 @@ impl Store {
     pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
         self.writer
             .write(|conn| f(&mut Writer::new(conn, &self.clock)))
+    }
+
+    /// A consistent copy of the whole database at `target` (`VACUUM INTO`), taken while
+    /// writers go on. Refuses to overwrite an existing file.
+    pub fn backup_to(&self, target: &Path) -> Result<()> {
+        if target.exists() {
+            return Err(StoreError::Refused("the backup file already exists"));
+        }
+        // Its own connection: the pool's are query-only.
+        let conn = Connection::open(&self.path).map_err(|source| StoreError::Open {
+            path: self.path.clone(),
+            source,
+        })?;
+        conn.busy_timeout(config::BUSY_TIMEOUT)?;
+        let target = target.to_string_lossy().into_owned();
+        conn.execute("VACUUM INTO ?1", [target])?;
+        Ok(())
     }
 
     /// A reader connection from the pool.

@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
 use crate::session::events::{
-    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
-    TitledBy,
+    CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
+    SessionTitled, TitledBy,
 };
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
@@ -113,6 +113,53 @@ impl<'a> Writer<'a> {
                 "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = ?1",
             )?
             .query_row([id.to_string()], |r| r.get(0))?)
+    }
+
+    /// Imports a whole session's log as another database wrote it (export): kinds,
+    /// payloads and timestamps are kept byte for byte, unknown kinds included. The seqs
+    /// must be 1..n with `session_started` first; the cache row is derived from the
+    /// events, as appends would have derived it.
+    pub fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        let exists: bool = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+            .query_row([id.to_string()], |r| r.get(0))?;
+        if exists {
+            return Err(StoreError::AlreadyExists(id));
+        }
+        let Some(first) = events.first() else {
+            return Err(StoreError::Corrupt(format!("session {id} has no events")));
+        };
+        let Decoded::Known(Payload::SessionStarted(started)) = first.decode() else {
+            return Err(StoreError::Corrupt(format!(
+                "session {id} does not begin with session_started"
+            )));
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
+            )?
+            .execute(params![
+                id.to_string(),
+                started.title,
+                started.system,
+                first.created_at
+            ])?;
+        for (i, e) in events.iter().enumerate() {
+            if e.seq != i as u64 + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "session {id}: seq {} where {} was expected",
+                    e.seq,
+                    i + 1
+                )));
+            }
+            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
+            if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
+                self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
+            }
+        }
+        Ok(())
     }
 
     /// Deletes a whole session: its events (and, through the trigger, their search index

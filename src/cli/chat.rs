@@ -1,0 +1,357 @@
+//! `brain chat`: a terminal chat. It talks to the server holding the database (its URL is
+//! in the lock file) or to `--url`, and runs the engine in-process only when no server
+//! holds the database. Ctrl-C stops the answer being written; a second Ctrl-C (or one at
+//! the prompt) leaves.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Value, json};
+use signal_hook::consts::SIGINT;
+
+use super::{ChatArgs, CliError, ProviderArgs, resolve_db_path, serve};
+use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
+use crate::provider::client::api_key_from_env;
+use crate::provider::{Provider, ProviderConfig};
+use crate::session::projection::ui_transcript;
+use crate::session::{SessionId, Store, StoreOptions, SyncMode};
+
+/// Transcript items shown when a session is resumed.
+const RESUME_ITEMS: usize = 20;
+
+type Frames = Box<dyn Iterator<Item = Value> + Send>;
+
+/// Where the chat goes: a server, or an engine in this process.
+trait Backend: Send + Sync {
+    fn describe(&self) -> String;
+    fn create(&self) -> Result<SessionId, CliError>;
+    /// The newest transcript items, as the API shapes them.
+    fn history(&self, id: SessionId) -> Result<Vec<Value>, CliError>;
+    fn send(&self, id: SessionId, text: &str) -> Result<Frames, CliError>;
+    fn retry(&self, id: SessionId) -> Result<Frames, CliError>;
+    fn stop(&self, id: SessionId);
+    fn close(&self) {}
+}
+
+struct Http {
+    url: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Http {
+    fn new(url: &str, token: Option<String>) -> Http {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Http {
+            url: url.trim_end_matches('/').to_owned(),
+            token,
+            agent,
+        }
+    }
+
+    fn auth<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => r.header("Authorization", &format!("Bearer {t}")),
+            None => r,
+        }
+    }
+
+    fn post(&self, path: &str, body: Value) -> Result<ureq::http::Response<ureq::Body>, CliError> {
+        let r = self.auth(self.agent.post(&format!("{}{path}", self.url)));
+        r.header("Content-Type", "application/json")
+            .send(body.to_string())
+            .map_err(|e| CliError::Serve(format!("cannot reach {}: {e}", self.url)))
+    }
+
+    fn json(resp: ureq::http::Response<ureq::Body>) -> Result<Value, CliError> {
+        let status = resp.status().as_u16();
+        let text = resp.into_body().read_to_string().unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status >= 400 {
+            let msg = body["message"]
+                .as_str()
+                .unwrap_or("the server refused")
+                .to_owned();
+            return Err(CliError::Serve(msg));
+        }
+        Ok(body)
+    }
+
+    fn stream(resp: ureq::http::Response<ureq::Body>) -> Result<Frames, CliError> {
+        if resp.status().as_u16() != 200 {
+            return Http::json(resp).map(|_| Box::new(std::iter::empty()) as Frames);
+        }
+        let lines = BufReader::new(resp.into_body().into_reader()).lines();
+        Ok(Box::new(lines.map_while(Result::ok).filter_map(|l| {
+            l.strip_prefix("data: ")
+                .and_then(|d| serde_json::from_str(d).ok())
+        })))
+    }
+}
+
+impl Backend for Http {
+    fn describe(&self) -> String {
+        format!("server {}", self.url)
+    }
+
+    fn create(&self) -> Result<SessionId, CliError> {
+        let s = Http::json(self.post("/v1/sessions", json!({}))?)?;
+        Ok(s["id"].as_str().unwrap_or_default().parse()?)
+    }
+
+    fn history(&self, id: SessionId) -> Result<Vec<Value>, CliError> {
+        let r = self.auth(self.agent.get(&format!(
+            "{}/v1/sessions/{id}?limit={RESUME_ITEMS}",
+            self.url
+        )));
+        let resp = r
+            .call()
+            .map_err(|e| CliError::Serve(format!("cannot reach {}: {e}", self.url)))?;
+        Ok(Http::json(resp)?["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    fn send(&self, id: SessionId, text: &str) -> Result<Frames, CliError> {
+        Http::stream(self.post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": text}),
+        )?)
+    }
+
+    fn retry(&self, id: SessionId) -> Result<Frames, CliError> {
+        Http::stream(self.post(&format!("/v1/sessions/{id}/retry"), json!({}))?)
+    }
+
+    fn stop(&self, id: SessionId) {
+        let _ = self.post(&format!("/v1/sessions/{id}/stop"), json!({}));
+    }
+}
+
+struct Local {
+    engine: Engine,
+    store: Arc<Store>,
+}
+
+impl Local {
+    fn new(db: PathBuf, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
+        let store = Arc::new(Store::open(
+            &db,
+            StoreOptions {
+                sync,
+                ..StoreOptions::default()
+            },
+        )?);
+        let mut cfg = ProviderConfig::new(&p.provider_url);
+        cfg.api_key = api_key_from_env(&p.api_key_env);
+        let settings = EngineSettings {
+            chat_model: p.model.clone(),
+            summarize_model: p.summarize_model.clone(),
+            context_window: p.context_window,
+            compact_at: p.compact_at,
+            max_output_tokens: p.max_output_tokens,
+            ..EngineSettings::default()
+        };
+        let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
+        Ok(Local { engine, store })
+    }
+
+    fn frames(sub: crate::chat::frames::Subscription) -> Frames {
+        Box::new(sub.filter_map(|f| serde_json::to_value(f).ok()))
+    }
+}
+
+impl Backend for Local {
+    fn describe(&self) -> String {
+        format!("in-process, database {}", self.store.path().display())
+    }
+
+    fn create(&self) -> Result<SessionId, CliError> {
+        Ok(self
+            .store
+            .create_session(None, crate::config::DEFAULT_SYSTEM_PROMPT.into())?
+            .id)
+    }
+
+    fn history(&self, id: SessionId) -> Result<Vec<Value>, CliError> {
+        let items = ui_transcript(&self.store.events(id, 0, None)?);
+        let start = items.len().saturating_sub(RESUME_ITEMS);
+        Ok(items[start..]
+            .iter()
+            .filter_map(|i| serde_json::to_value(i).ok())
+            .collect())
+    }
+
+    fn send(&self, id: SessionId, text: &str) -> Result<Frames, CliError> {
+        self.engine
+            .send(id, text, None)
+            .map(Local::frames)
+            .map_err(|e| CliError::Serve(e.to_string()))
+    }
+
+    fn retry(&self, id: SessionId) -> Result<Frames, CliError> {
+        self.engine
+            .retry(id, None)
+            .map(Local::frames)
+            .map_err(|e| CliError::Serve(e.to_string()))
+    }
+
+    fn stop(&self, id: SessionId) {
+        let _ = self.engine.stop(id);
+    }
+
+    fn close(&self) {
+        self.engine.shutdown(SHUTDOWN_DEADLINE);
+    }
+}
+
+fn backend(
+    db: Option<PathBuf>,
+    sync: SyncMode,
+    args: &ChatArgs,
+) -> Result<Arc<dyn Backend>, CliError> {
+    if let Some(url) = &args.url {
+        return Ok(Arc::new(Http::new(url, args.api_token.clone())));
+    }
+    let db = resolve_db_path(db)?;
+    match serve::server_holding(&db) {
+        Some(url) => Ok(Arc::new(Http::new(&url, args.api_token.clone()))),
+        None => Ok(Arc::new(Local::new(db, sync, &args.provider)?)),
+    }
+}
+
+pub fn run(
+    db: Option<PathBuf>,
+    sync: SyncMode,
+    args: ChatArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let backend = backend(db, sync, &args)?;
+    let id = match &args.session {
+        Some(s) => {
+            let id: SessionId = s.parse()?;
+            for item in backend.history(id)? {
+                show_item(&item, out)?;
+            }
+            id
+        }
+        None => backend.create()?,
+    };
+    writeln!(
+        out,
+        "session {id} ({}). Type a message; /retry answers the last one again; /quit or \
+         Ctrl-D leaves; Ctrl-C stops an answer.",
+        backend.describe()
+    )?;
+    out.flush()?;
+    let active = Arc::new(AtomicBool::new(false));
+    watch_interrupts(Arc::clone(&backend), id, Arc::clone(&active))?;
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let text = line.trim();
+        let frames = match text {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/retry" => backend.retry(id),
+            _ => backend.send(id, text),
+        };
+        match frames {
+            Ok(frames) => {
+                active.store(true, Ordering::SeqCst);
+                let shown = show_frames(frames, out);
+                active.store(false, Ordering::SeqCst);
+                shown?;
+            }
+            Err(e) => writeln!(out, "[{e}]")?,
+        }
+        out.flush()?;
+    }
+    backend.close();
+    Ok(())
+}
+
+/// Ctrl-C stops the running answer; a second one (or one at the prompt) leaves.
+fn watch_interrupts(
+    backend: Arc<dyn Backend>,
+    id: SessionId,
+    active: Arc<AtomicBool>,
+) -> Result<(), CliError> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT])
+        .map_err(|e| CliError::Serve(format!("cannot handle Ctrl-C: {e}")))?;
+    std::thread::spawn(move || {
+        let mut stopping = false;
+        for _ in signals.forever() {
+            if active.load(Ordering::SeqCst) && !stopping {
+                stopping = true;
+                eprintln!("\n[stopping the answer; Ctrl-C again to leave]");
+                backend.stop(id);
+                continue;
+            }
+            backend.close();
+            std::process::exit(130);
+        }
+    });
+    Ok(())
+}
+
+fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
+    let mut thinking = false;
+    write!(out, "assistant: ")?;
+    for f in frames {
+        match f["type"].as_str().unwrap_or_default() {
+            "status" if f["phase"] == "compacting" => {
+                write!(out, "[compacting the conversation…] ")?
+            }
+            "reasoning" if !thinking => {
+                thinking = true;
+                write!(out, "[thinking…] ")?
+            }
+            "chunk" => write!(out, "{}", f["text"].as_str().unwrap_or_default())?,
+            "error" => write!(
+                out,
+                "\n[error {}: {}]",
+                f["code"].as_str().unwrap_or("?"),
+                f["message"].as_str().unwrap_or("")
+            )?,
+            "end" => {
+                match f["status"].as_str().unwrap_or_default() {
+                    "interrupted" => write!(
+                        out,
+                        "\n[interrupted: the answer was cut off; /retry, or say more to continue]"
+                    )?,
+                    "failed" => write!(out, "\n[failed: no answer; /retry to try again]")?,
+                    _ => {}
+                }
+                writeln!(out)?;
+            }
+            _ => {}
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
+    let text = item["text"].as_str().unwrap_or_default();
+    match item["kind"].as_str().unwrap_or_default() {
+        "user" => writeln!(out, "you: {text}")?,
+        "assistant" => writeln!(out, "assistant: {text}")?,
+        "interrupted" => writeln!(out, "assistant (interrupted): {text}")?,
+        "error" => writeln!(out, "[failed: {}]", item["code"].as_str().unwrap_or("?"))?,
+        "compaction" => writeln!(
+            out,
+            "[compacted: {}]",
+            item["summary"].as_str().unwrap_or_default()
+        )?,
+        "title" => writeln!(out, "[renamed to {}]", item["title"])?,
+        other => writeln!(out, "[{other}]")?,
+    }
+    Ok(())
+}

@@ -1,0 +1,356 @@
+//! The terminal: `brain chat` through a pipe (against a server, and in-process), export and
+//! import round trips, backups taken while appends go on, and write commands refused while
+//! a server holds the database.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use brain::session::events::TitledBy;
+use brain::session::projection::{llm_context, ui_transcript};
+use brain::session::store::{SearchQuery, Syntax};
+use brain::session::{Store, StoreOptions};
+
+use crate::support::*;
+
+fn brain(db: &TempDb, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn serve(db: &TempDb, provider: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--distill",
+            "off",
+            "--provider-url",
+            provider,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.split_whitespace().nth(2).unwrap().to_owned();
+    (child, url)
+}
+
+#[test]
+fn chat_through_a_pipe_against_the_server_then_resumed() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut server, url) = serve(&db, &mock.url);
+    // No --url: the server holding the database is found through its lock file.
+    let first = ok(&brain(&db, &["chat"], "hello there\nsecond question\n"));
+    assert!(first.contains(&format!("(server {url})")), "{first}");
+    assert!(
+        first.contains("mock answer") && first.contains("to: hello there"),
+        "{first}"
+    );
+    assert!(first.contains("to: second question"), "{first}");
+    let id = first.split_whitespace().nth(1).unwrap().to_owned();
+
+    let second = ok(&brain(
+        &db,
+        &["chat", "--url", &url, "--session", &id],
+        "third one\n/retry\n",
+    ));
+    assert!(
+        second.contains("you: hello there") && second.contains("you: second question"),
+        "history: {second}"
+    );
+    assert!(second.contains("to: third one"), "{second}");
+    let requests: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r["stream"] == true)
+        .collect();
+    assert_eq!(requests.len(), 4, "three turns and a retry");
+    assert_eq!(
+        requests[3]["messages"], requests[2]["messages"],
+        "the retry resent the request"
+    );
+
+    // Commands that write refuse while the server holds the database.
+    for args in [&["migrate"][..], &["sessions", "import", "/dev/null"][..]] {
+        let refused = brain(&db, args, "");
+        assert_eq!(refused.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("holds"),
+            "{args:?}"
+        );
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+#[test]
+fn chat_runs_the_engine_in_process_when_no_server_holds_the_database() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let out = ok(&brain(
+        &db,
+        &["chat", "--provider-url", &mock.url],
+        "one\ntwo\n",
+    ));
+    assert!(out.contains("in-process"), "{out}");
+    assert!(out.contains("to: one") && out.contains("to: two"), "{out}");
+    let store = db.open();
+    let id = store.session_ids().unwrap()[0];
+    let kinds: Vec<String> = store
+        .events(id, 1, None)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        &kinds[..4],
+        [
+            "user_message",
+            "assistant_turn",
+            "user_message",
+            "assistant_turn"
+        ]
+    );
+}
+
+/// A database with a bit of everything, unknown kinds and bad payloads included.
+fn varied(db: &TempDb) -> Store {
+    let store = db.open();
+    for n in 0..3 {
+        let id = store
+            .create_session(Some(format!("Session {n}")), format!("system {n}"))
+            .unwrap()
+            .id;
+        let u = store
+            .append(id, &user(&format!("question about herons {n}")))
+            .unwrap()
+            .seq;
+        store.append(id, &pending(u, 1, "half an ans")).unwrap();
+        store
+            .append(id, &answer(u, 2, &format!("answer about herons {n}")))
+            .unwrap();
+        let u2 = store
+            .append(
+                id,
+                &user("a follow-up with ünïcödé and \"quotes\"\nand lines"),
+            )
+            .unwrap()
+            .seq;
+        store
+            .append(id, &failed(u2, 1, "provider_unreachable"))
+            .unwrap();
+        store
+            .append(id, &compaction("summary of herons", u))
+            .unwrap();
+        store.append(id, &memory(u, 2)).unwrap();
+        store
+            .rename(id, format!("Renamed {n}"), TitledBy::User)
+            .unwrap();
+        if n == 1 {
+            store.set_archived(id, true).unwrap();
+        }
+    }
+    let id = store.session_ids().unwrap()[0];
+    let conn = db.raw();
+    conn.execute(
+        "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+         VALUES (?1, 10, 9000, 'from_the_future', '{\"z\":1,  \"a\" : [true]}', '2030-01-01T00:00:00.000000Z'),
+                (?1, 11, 9001, 'user_message', '{\"txt\": 5}', '2030-01-01T00:00:01.000000Z')",
+        [id.to_string()],
+    )
+    .unwrap();
+    store
+}
+
+#[test]
+fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
+    let src = TempDb::new();
+    let store = varied(&src);
+    let file = src.dir.path().join("export.jsonl");
+    ok(&brain(
+        &src,
+        &[
+            "sessions",
+            "export",
+            "--all",
+            "--format",
+            "jsonl",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+        "",
+    ));
+    let dst = TempDb::new();
+    let imported = ok(&brain(
+        &dst,
+        &["sessions", "import", file.to_str().unwrap()],
+        "",
+    ));
+    assert!(imported.contains("imported 3 sessions"), "{imported}");
+    let copy = dst.open();
+    assert_eq!(copy.session_ids().unwrap(), store.session_ids().unwrap());
+    for id in store.session_ids().unwrap() {
+        let (a, b) = (
+            store.events(id, 0, None).unwrap(),
+            copy.events(id, 0, None).unwrap(),
+        );
+        assert_eq!(a, b, "every event byte for byte");
+        assert_eq!(ui_transcript(&a), ui_transcript(&b));
+        assert_eq!(
+            llm_context(&store.events_for_context(id).unwrap()),
+            llm_context(&copy.events_for_context(id).unwrap())
+        );
+        assert_eq!(
+            store.session(id).unwrap(),
+            copy.session(id).unwrap(),
+            "the cache row"
+        );
+    }
+    for q in ["herons", "summary", "Renamed", "ünïcödé"] {
+        let query = SearchQuery {
+            text: q.into(),
+            syntax: Syntax::Plain,
+            limit: 50,
+            offset: 0,
+        };
+        assert_eq!(
+            store.search(&query).unwrap(),
+            copy.search(&query).unwrap(),
+            "{q}"
+        );
+    }
+    // Importing again changes nothing: the sessions exist.
+    let again = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert_eq!(
+        copy.events(store.session_ids().unwrap()[0], 0, None)
+            .unwrap()
+            .len(),
+        11
+    );
+
+    let id = store.session_ids().unwrap()[0].to_string();
+    let md = ok(&brain(
+        &src,
+        &["sessions", "export", &id, "--format", "markdown"],
+        "",
+    ));
+    for expected in [
+        "# Renamed 0",
+        "**You**",
+        "question about herons 0",
+        "interrupted",
+        "Failed (provider_unreachable)",
+        "summary of herons",
+        "unreadable",
+    ] {
+        assert!(md.contains(expected), "{expected} missing from:\n{md}");
+    }
+}
+
+#[test]
+fn an_import_with_a_corrupt_line_reports_it_and_imports_nothing() {
+    let src = TempDb::new();
+    varied(&src);
+    let out = ok(&brain(&src, &["sessions", "export", "--all"], ""));
+    let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+    lines[12] = "{\"session_id\": \"nope\"".into();
+    let file = src.dir.path().join("bad.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let dst = TempDb::new();
+    let failed = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
+    assert_eq!(failed.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        err.contains("line 13") && err.contains("nothing was imported"),
+        "{err}"
+    );
+    assert!(dst.open().session_ids().unwrap().is_empty());
+    // A gap in a session's seqs is refused the same way.
+    let mut gapped: Vec<String> = out.lines().map(str::to_owned).collect();
+    gapped.remove(3);
+    std::fs::write(&file, gapped.join("\n")).unwrap();
+    let failed = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("out of order"));
+    assert!(dst.open().session_ids().unwrap().is_empty());
+}
+
+#[test]
+fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
+    let db = TempDb::new();
+    let store = Arc::new(db.open());
+    let id = store.create_session(None, String::new()).unwrap().id;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                store
+                    .append(id, &user(&format!("message {n} {}", "x".repeat(2000))))
+                    .unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let target = db.dir.path().join("copy.db");
+    let out = ok(&brain(&db, &["backup", target.to_str().unwrap()], ""));
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.join().unwrap();
+    assert!(out.contains("integrity ok"), "{out}");
+    assert!(
+        written > 10,
+        "appends went on during the backup ({written})"
+    );
+    let copy = Store::open(&target, StoreOptions::default()).unwrap();
+    let seqs: Vec<u64> = copy
+        .events(id, 0, None)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert!(seqs.len() > 1);
+    assert_gapless(&seqs);
+    let refused = brain(&db, &["backup", target.to_str().unwrap()], "");
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "an existing file is not overwritten"
+    );
+}
