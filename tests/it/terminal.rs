@@ -354,3 +354,56 @@ fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
         "an existing file is not overwritten"
     );
 }
+
+#[test]
+fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut server, url) = serve(&db, &mock.url);
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .args(["chat", "--url", &url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    stdin
+        .write_all(b"wait forever [[mock {\"hang\": true}]]\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = chat.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let interrupt = |pid: u32| {
+        Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+    };
+    // Wait until the answer is under way, then Ctrl-C.
+    let banner = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert!(banner.starts_with("session "), "{banner}");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    interrupt(chat.id());
+    let mut seen = String::new();
+    while !seen.contains("[failed") {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the answer ended after Ctrl-C");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    // Still alive at the prompt; a second Ctrl-C leaves.
+    assert!(chat.try_wait().unwrap().is_none());
+    interrupt(chat.id());
+    let status = chat.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    drop(stdin);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
