@@ -57,6 +57,24 @@ pub fn error(e: &ApiError) -> Answer {
     common(r)
 }
 
+/// A static file of the web UI, under the page's Content-Security-Policy.
+pub fn asset(body: &'static str, content_type: &str) -> Answer {
+    let mut r = Response::from_string(body).with_status_code(200);
+    for (k, v) in [
+        ("Content-Type", content_type),
+        (
+            "Content-Security-Policy",
+            super::assets::CONTENT_SECURITY_POLICY,
+        ),
+        ("X-Frame-Options", "DENY"),
+    ] {
+        if let Some(h) = header(k, v) {
+            r.add_header(h);
+        }
+    }
+    common(r)
+}
+
 pub fn empty(status: u16) -> Answer {
     common(Response::from_data(Vec::new()).with_status_code(status))
 }

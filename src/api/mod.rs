@@ -9,6 +9,7 @@
 //!
 //! **Architecture invariant:** only `api` knows HTTP and the wire shapes of the API.
 
+pub mod assets;
 pub mod error;
 pub mod guards;
 pub mod http;

@@ -7,7 +7,7 @@ use tiny_http::Request;
 
 use super::error::ApiError;
 use super::http::{self, Answer, header_value, json_body, number, split_url};
-use super::{Api, views};
+use super::{Api, assets, views};
 use crate::chat::frames::Subscription;
 use crate::session::compactor::Budget;
 use crate::session::cursor::{ArchivedFilter, Cursor};
@@ -60,9 +60,14 @@ fn route(api: &Api, req: &mut Request) -> Result<Reply, ApiError> {
         ("GET", ["v1", "search"]) => answer(search(api, &params)),
         ("GET", ["v1", "usage"]) => answer(usage(api, &params)),
         (m, ["v1", "sessions", id, rest @ ..]) => session_route(api, req, m, id, rest, &params),
-        ("GET", [] | ["sessions", _]) => Err(ApiError::not_found(
-            "the web UI is not part of this build yet; the API is under /v1",
-        )),
+        ("GET", [] | ["sessions", _]) => answer(Ok(http::asset(
+            assets::INDEX_HTML,
+            "text/html; charset=utf-8",
+        ))),
+        ("GET", ["assets", rest @ ..]) => match assets::find(&rest.join("/")) {
+            Some((body, kind)) => answer(Ok(http::asset(body, kind))),
+            None => Err(ApiError::not_found("no such file")),
+        },
         (_, ["health"] | ["v1", "models" | "sessions" | "search" | "usage"]) => Err(ApiError::new(
             405,
             "method_not_allowed",

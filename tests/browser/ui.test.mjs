@@ -1,0 +1,167 @@
+// brain's web UI in a real headless Chromium, against the real binary and mock_llm.
+// Run by `cargo test` (tests/it/browser.rs passes the binaries' paths) once
+// .ci/browser-deps has installed Chromium and playwright-core.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { chromium } from 'playwright-core';
+
+const root = resolve(import.meta.dirname, '..', '..');
+const target = process.env.CARGO_TARGET_DIR || join(root, 'target');
+const brainBin = process.env.BRAIN_BIN || join(target, 'debug', 'brain');
+const mockBin = process.env.MOCK_BIN || join(target, 'debug', 'examples', 'mock_llm');
+const shots = process.env.SCREENSHOT_DIR || join(target, 'screenshots');
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const children = [];
+let browser, base, mockUrl, db;
+
+function firstLine(child) {
+  return new Promise((ok, fail) => {
+    const rl = createInterface({ input: child.stdout });
+    rl.once('line', ok);
+    child.once('exit', (code) => fail(new Error('exited with ' + code)));
+  });
+}
+
+async function start(bin, args) {
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  return firstLine(child);
+}
+
+async function mock(step) {
+  await fetch(mockUrl.replace(/\/v1$/, '') + '/_mock/script', { method: 'POST', body: JSON.stringify(step) });
+}
+
+// A session with a compaction and an interrupted partial, imported before the server starts.
+function seed(file) {
+  const id = '01930000-0000-7000-8000-000000000001';
+  const at = (s) => `2026-11-30T10:00:${String(s).padStart(2, '0')}.000000Z`;
+  const lines = [
+    ['session_started', { title: 'Seeded history', system: 'You are a test.' }],
+    ['user_message', { text: 'What did we decide about the bridge?' }],
+    ['assistant_turn', { turn: 2, attempt: 1, text: 'We decided to **repaint** it.', provider: 'mock', model: 'm', finish_reason: 'stop', usage: {}, duration_ms: 5 }],
+    ['compaction_applied', { summary: 'The bridge will be repainted in May.', replaces_through_seq: 3, tokens_before: 900, tokens_after: 120, model: 'm' }],
+    ['user_message', { text: 'And the budget?' }],
+    ['pending_state', { turn: 5, attempt: 1, text: 'The budget is 40,000 eu' }],
+  ].map(([kind, payload], i) => JSON.stringify({ session_id: id, seq: i + 1, kind, payload, created_at: at(i) }));
+  writeFileSync(file, lines.join('\n') + '\n');
+  return id;
+}
+
+before(async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'brain-ui-'));
+  db = join(dir, 'brain.db');
+  const seedFile = join(dir, 'seed.jsonl');
+  seed(seedFile);
+  execFileSync(brainBin, ['--db', db, 'sessions', 'import', seedFile]);
+  mockUrl = (await start(mockBin, ['--port', '0'])).split(' ').pop();
+  const line = await start(brainBin, ['--db', db, 'serve', '--listen', '127.0.0.1:0', '--provider-url', mockUrl, '--distill', 'off']);
+  base = line.split(' ')[2];
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  for (const c of children) c.kill('SIGKILL');
+});
+
+async function page(colorScheme = 'light') {
+  const context = await browser.newContext({ colorScheme, viewport: { width: 1280, height: 800 } });
+  const p = await context.newPage();
+  p.dialogs = [];
+  p.on('dialog', (d) => { p.dialogs.push(d.message()); d.dismiss(); });
+  p.on('pageerror', (e) => { p.errors = (p.errors || []).concat(String(e)); });
+  return p;
+}
+
+async function ask(p, text) {
+  await p.fill('#message', text);
+  await p.press('#message', 'Enter');
+}
+
+test('a chat streams its answer, survives a reload, and search finds it', async () => {
+  const p = await page();
+  await p.goto(base + '/');
+  await ask(p, 'hello from the browser');
+  await p.waitForSelector('.msg.assistant:not(.streaming) >> text=to: hello from the browser', { timeout: 15000 });
+  assert.match(new URL(p.url()).pathname, /^\/sessions\/[0-9a-f-]{36}$/);
+  await p.reload();
+  await p.waitForSelector('.msg.user >> text=hello from the browser');
+  await p.waitForSelector('.msg.assistant >> text=to: hello from the browser');
+  await p.fill('#search', 'browser');
+  await p.waitForSelector('#search-results .hit mark');
+  await p.click('#search-results .hit');
+  await p.waitForSelector('.msg.user >> text=hello from the browser');
+  assert.deepEqual(p.errors || [], []);
+  await p.context().close();
+});
+
+test('compaction dividers open to the summary and partials are marked', async () => {
+  const p = await page();
+  await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+  const divider = p.locator('details.compaction');
+  await divider.waitFor();
+  assert.match(await divider.locator('summary').innerText(), /900 → 120 tokens/);
+  assert.equal(await divider.locator('.md').isVisible(), false);
+  await divider.locator('summary').click();
+  await p.waitForSelector('details.compaction .md >> text=repainted in May');
+  await p.waitForSelector('.msg.interrupted .badge >> text=interrupted');
+  await p.waitForSelector('.msg.interrupted >> text=The budget is 40,000 eu');
+  assert.equal(await p.locator('.msg.assistant strong >> text=repaint').count(), 1, 'markdown is rendered');
+  await p.context().close();
+});
+
+test('hostile message text renders as text: no element, no script, no dialog', async () => {
+  const p = await page();
+  await p.goto(base + '/');
+  const evil = '<img src=x onerror=alert(1)> <script>alert(2)</script> [click](javascript:alert(3)) ![pic](http://127.0.0.1:1/x.png)';
+  await mock({ kind: 'stream', text: 'Answer: ' + evil });
+  await ask(p, 'user says ' + evil);
+  await p.waitForSelector('.msg.assistant:not(.streaming) >> text=Answer:', { timeout: 15000 });
+  await p.waitForTimeout(300);
+  const t = p.locator('#transcript');
+  assert.equal(await t.locator('img').count(), 0, 'no image element');
+  assert.equal(await t.locator('script').count(), 0, 'no script element');
+  assert.equal(await t.locator('a[href^="javascript"]').count(), 0, 'no javascript: link');
+  assert.equal(await t.locator('[onerror]').count(), 0);
+  assert.match(await t.locator('.msg.user').last().innerText(), /<img src=x onerror=alert\(1\)>/);
+  assert.match(await t.locator('.msg.assistant').last().innerText(), /<script>alert\(2\)<\/script>/);
+  await t.locator('.msg.assistant').last().locator('a').first().click({ trial: true }).catch(() => {});
+  assert.deepEqual(p.dialogs, [], 'no dialog was raised');
+  await p.context().close();
+});
+
+test('a reload during a slow turn re-attaches and shows it finish', async () => {
+  const p = await page();
+  await p.goto(base + '/');
+  const words = Array.from({ length: 24 }, (_, i) => 'slow' + i).join(' ');
+  await mock({ kind: 'stream', text: words, delay_ms: 150 });
+  await ask(p, 'take your time');
+  await p.waitForSelector('.msg.assistant.streaming >> text=slow2', { timeout: 15000 });
+  await p.reload();
+  await p.waitForSelector('.msg.assistant >> text=slow23', { timeout: 20000 });
+  await p.waitForFunction(() => document.querySelector('#stop').hidden);
+  await p.context().close();
+});
+
+test('screenshots of the main screen, light and dark', async () => {
+  mkdirSync(shots, { recursive: true });
+  for (const scheme of ['light', 'dark']) {
+    const p = await page(scheme);
+    await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+    await p.waitForSelector('details.compaction');
+    await p.click('details.compaction summary');
+    await p.click('#toggle-context');
+    await p.waitForSelector('#context-body .bar');
+    await p.screenshot({ path: join(shots, `ui-${scheme}.png`) });
+    await p.context().close();
+  }
+});
