@@ -1,6 +1,6 @@
-//! The token estimate (SPEC §5): tiktoken's `o200k_base`, loaded once per process and off
-//! the startup path (the first load costs ~115 ms and ~44 MiB, FACTS.md), so call
-//! [`warm_up`] early on a server and the first turn does not pay for it.
+//! The token estimate (SPEC §5): tiktoken's `o200k_base`, loaded once per process, on first
+//! use (it costs ~115 ms and ~45 MiB): an idle server stays at ~9 MiB and starts listening in
+//! ~15 ms; the first turn pays the load once (`examples/bench footprint`).
 //!
 //! A message costs its content's tokens plus [`MESSAGE_OVERHEAD_TOKENS`]. Counts are cached
 //! by content: the LLM context is byte-stable between turns (I3), so each turn counts only
@@ -26,13 +26,6 @@ static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
 fn bpe() -> Option<&'static CoreBPE> {
     BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).as_ref()
-}
-
-/// Loads the tokenizer on a background thread.
-pub fn warm_up() {
-    std::thread::spawn(|| {
-        bpe();
-    });
 }
 
 /// Tokens in `text`. Should the tokenizer ever fail to load, a byte-based estimate (4

@@ -95,7 +95,7 @@ pub fn run(
             ..StoreOptions::default()
         },
     )?);
-    crate::tokens::warm_up();
+
     let p = &args.provider;
     let mut cfg = ProviderConfig::new(&p.provider_url);
     cfg.api_key = api_key_from_env(&p.api_key_env);

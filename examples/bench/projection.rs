@@ -4,7 +4,7 @@
 //! newest compaction's boundary are read, so the long session should cost about what a
 //! short one does (issue 4's target: ≤ 1.5×).
 //!
-//! `cargo run --release --example bench_projection`
+//! `cargo run --release --example bench -- projection`
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use brain::tokens::Estimator;
 const TAIL_EVENTS: u64 = 100;
 const RUNS: usize = 50;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(
         &dir.path().join("bench.db"),

@@ -2,8 +2,8 @@
 //! statements issued straight through rusqlite, and search latency on a generated corpus.
 //!
 //! ```sh
-//! cargo run --release --example bench_store              # defaults
-//! cargo run --release --example bench_store -- 2000 200000   # appends per run, corpus size
+//! cargo run --release --example bench -- store              # defaults
+//! cargo run --release --example bench -- store 2000 1000000  # appends per run, corpus size
 //! ```
 //!
 //! Appends: 1 and 4 writer threads, `synchronous` FULL and NORMAL. Each configuration runs
@@ -30,11 +30,8 @@ const ROUNDS: usize = 3;
 const MESSAGE: &str = "How do I keep a sourdough starter alive over a long weekend away? \
     I feed it once a day with equal parts flour and water, and it smells fine.";
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+pub fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let appends = args.first().copied().unwrap_or(2_000);
     let corpus = args.get(1).copied().unwrap_or(100_000).max(100_000);
     println!("# brain store benchmark: {appends} appends per run, median of {ROUNDS} rounds\n");
@@ -62,7 +59,7 @@ impl Run {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

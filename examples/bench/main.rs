@@ -1,0 +1,41 @@
+//! brain's benchmark harness, one program for every measure so figures are taken side by
+//! side in one run (these machines are noisy). See BENCHMARKS.md for the figures.
+//!
+//! ```sh
+//! cargo run --release --example bench -- store [APPENDS] [CORPUS]   # appends and search
+//! cargo run --release --example bench -- projection                 # per-turn context work
+//! cargo run --release --example bench -- first-token [TURNS]        # brain vs provider
+//! cargo run --release --example bench -- cost [TURNS]               # cache reuse vs naive
+//! cargo run --release --example bench -- footprint                  # size, start, RSS
+//! ```
+
+mod footprint;
+mod projection;
+mod store;
+mod support;
+mod turns;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
+    let result = match args.first().map(String::as_str) {
+        Some("store") => store::run(rest),
+        Some("projection") => projection::run(),
+        Some("first-token") => turns::first_token(rest),
+        Some("cost") => turns::cost(rest),
+        Some("footprint") => footprint::run(),
+        _ => {
+            eprintln!("usage: bench store|projection|first-token|cost|footprint [args]");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
