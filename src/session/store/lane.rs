@@ -9,7 +9,7 @@
 //! `Ok` still means "durable"; a closure that fails rolls back its savepoint alone and
 //! returns at once. Under contention one fsync serves several appends, which is why
 //! four busy writers keep pace with direct rusqlite while the longest wait stays short
-//! (`examples/bench_store.rs`).
+//! (`cargo run --release --example bench -- store`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
