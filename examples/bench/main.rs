@@ -7,9 +7,11 @@
 //! cargo run --release --example bench -- first-token [TURNS]        # brain vs provider
 //! cargo run --release --example bench -- cost [TURNS]               # cache reuse vs naive
 //! cargo run --release --example bench -- footprint                  # size, start, RSS
+//! cargo run --release --example bench -- http                       # wrk on two routes
 //! ```
 
 mod footprint;
+mod http;
 mod projection;
 mod store;
 mod support;
@@ -26,8 +28,9 @@ fn main() -> ExitCode {
         Some("first-token") => turns::first_token(rest),
         Some("cost") => turns::cost(rest),
         Some("footprint") => footprint::run(),
+        Some("http") => http::run(),
         _ => {
-            eprintln!("usage: bench store|projection|first-token|cost|footprint [args]");
+            eprintln!("usage: bench store|projection|first-token|cost|footprint|http [args]");
             return ExitCode::from(2);
         }
     };
