@@ -10,6 +10,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reader connections in the pool. Readers never block on the writer (WAL).
 pub const READER_POOL_SIZE: u32 = 4;
 
+/// Prepared statements kept per reader connection.
+pub const READER_STATEMENT_CACHE: usize = 64;
+
 /// How long a request waits for a free reader connection.
 pub const READER_WAIT: Duration = Duration::from_secs(10);
 

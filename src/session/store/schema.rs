@@ -61,6 +61,8 @@ pub fn apply_writer_pragmas(conn: &Connection, sync: SyncMode) -> Result<(), Sto
 /// Settings of reader connections: they may never write.
 pub fn apply_reader_pragmas(conn: &Connection, sync: SyncMode) -> rusqlite::Result<()> {
     apply_common_pragmas(conn, sync)?;
+    // Room for every list shape and a few search pages without re-preparing.
+    conn.set_prepared_statement_cache_capacity(config::READER_STATEMENT_CACHE);
     conn.pragma_update(None, "query_only", true)
 }
 
