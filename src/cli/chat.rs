@@ -11,12 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 use signal_hook::consts::SIGINT;
 
-use super::{ChatArgs, CliError, ProviderArgs, resolve_db_path, serve};
-use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
-use crate::provider::client::api_key_from_env;
-use crate::provider::{Provider, ProviderConfig};
+use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path, serve};
+use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
+use crate::provider::Provider;
 use crate::session::projection::ui_transcript;
-use crate::session::{SessionId, Store, StoreOptions, SyncMode};
+use crate::session::{SessionId, Store, SyncMode};
 
 /// Transcript items shown when a session is resumed.
 const RESUME_ITEMS: usize = 20;
@@ -141,23 +140,9 @@ struct Local {
 
 impl Local {
     fn new(db: PathBuf, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
-        let store = Arc::new(Store::open(
-            &db,
-            StoreOptions {
-                sync,
-                ..StoreOptions::default()
-            },
-        )?);
-        let mut cfg = ProviderConfig::new(&p.provider_url);
-        cfg.api_key = api_key_from_env(&p.api_key_env);
-        let settings = EngineSettings {
-            chat_model: p.model.clone(),
-            summarize_model: p.summarize_model.clone(),
-            context_window: p.context_window,
-            compact_at: p.compact_at,
-            max_output_tokens: p.max_output_tokens,
-            ..EngineSettings::default()
-        };
+        let store = Arc::new(open_at(&db, sync)?);
+        let cfg = p.provider_config();
+        let settings = p.engine_settings();
         let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
         Ok(Local { engine, store })
     }

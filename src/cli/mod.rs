@@ -362,14 +362,39 @@ pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
 }
 
 fn open_store(db: Option<PathBuf>, sync: SyncMode) -> Result<Store, CliError> {
-    let path = resolve_db_path(db)?;
+    open_at(&resolve_db_path(db)?, sync)
+}
+
+/// Opens the store at an already resolved path.
+fn open_at(path: &std::path::Path, sync: SyncMode) -> Result<Store, CliError> {
     Ok(Store::open(
-        &path,
+        path,
         StoreOptions {
             sync,
             ..StoreOptions::default()
         },
     )?)
+}
+
+impl ProviderArgs {
+    /// The provider client's settings these flags give (timeouts at their defaults).
+    pub fn provider_config(&self) -> crate::provider::ProviderConfig {
+        let mut cfg = crate::provider::ProviderConfig::new(&self.provider_url);
+        cfg.api_key = crate::provider::client::api_key_from_env(&self.api_key_env);
+        cfg
+    }
+
+    /// The turn engine's settings these flags give (the rest at their defaults).
+    pub fn engine_settings(&self) -> crate::chat::engine::EngineSettings {
+        crate::chat::engine::EngineSettings {
+            chat_model: self.model.clone(),
+            summarize_model: self.summarize_model.clone(),
+            context_window: self.context_window,
+            compact_at: self.compact_at,
+            max_output_tokens: self.max_output_tokens,
+            ..crate::chat::engine::EngineSettings::default()
+        }
+    }
 }
 
 fn backup(

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use super::{CliError, ServeArgs, resolve_db_path};
+use super::{CliError, ServeArgs, open_at, resolve_db_path};
 use crate::api::{self, ApiConfig};
 use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
-use crate::provider::client::api_key_from_env;
-use crate::provider::{Provider, ProviderConfig};
-use crate::session::{Store, StoreOptions, SyncMode};
+use crate::provider::Provider;
+use crate::session::SyncMode;
 
 /// The lock file beside a database: it holds the URL of the server that owns it.
 pub fn lock_path(db: &Path) -> PathBuf {
@@ -88,30 +87,18 @@ pub fn run(
 ) -> Result<(), CliError> {
     validate(&args)?;
     let db = resolve_db_path(db)?;
-    let store = Arc::new(Store::open(
-        &db,
-        StoreOptions {
-            sync,
-            ..StoreOptions::default()
-        },
-    )?);
+    let store = Arc::new(open_at(&db, sync)?);
 
     let p = &args.provider;
-    let mut cfg = ProviderConfig::new(&p.provider_url);
-    cfg.api_key = api_key_from_env(&p.api_key_env);
+    let mut cfg = p.provider_config();
     cfg.first_token_timeout = Duration::from_secs(args.first_token_timeout);
     cfg.idle_timeout = Duration::from_secs(args.stream_idle_timeout);
     let settings = EngineSettings {
-        chat_model: p.model.clone(),
-        summarize_model: p.summarize_model.clone(),
         mini_model: args.mini_model.clone(),
-        context_window: p.context_window,
-        compact_at: p.compact_at,
-        max_output_tokens: p.max_output_tokens,
         temperature: args.temperature,
         distill: args.distill == "on",
         max_message_bytes: args.max_message_bytes as usize,
-        ..EngineSettings::default()
+        ..p.engine_settings()
     };
     let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
     let config = ApiConfig {

@@ -8,8 +8,7 @@ use serde_json::{Value, json};
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::summarizer::ProviderSummarizer;
-use crate::provider::client::api_key_from_env;
-use crate::provider::{Provider, ProviderConfig};
+use crate::provider::Provider;
 use crate::session::compactor::{Budget, Compactor, PassOutcome};
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
@@ -395,9 +394,7 @@ fn compact(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     store.session(id)?;
-    let mut cfg = ProviderConfig::new(&args.provider_url);
-    cfg.api_key = api_key_from_env(&args.api_key_env);
-    let provider = Provider::new(cfg);
+    let provider = Provider::new(args.provider_config());
     let chat_model = provider.resolve_model(args.model.as_deref())?;
     let summarize_model = args
         .summarize_model
