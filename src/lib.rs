@@ -27,6 +27,7 @@ pub mod chat;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod logging;
 pub mod provider;
 pub mod session;
 pub mod tokens;

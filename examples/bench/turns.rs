@@ -61,6 +61,9 @@ pub fn first_token(args: &[String]) -> Res<()> {
             token: None,
             allowed_hosts: vec![],
             max_body_bytes: 1 << 20,
+            request_timeout: api::DEFAULT_REQUEST_TIMEOUT,
+            idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
+            max_connections: api::DEFAULT_MAX_CONNECTIONS,
             system_prompt: String::new(),
         };
         servers.push((api::start(config, engine)?, id));

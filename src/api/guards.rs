@@ -1,6 +1,11 @@
 //! Who may talk to the server (SPEC §12): the `Host` check against DNS rebinding (when no
 //! token is set), the `Origin` check against cross-site requests, and bearer tokens
 //! compared in constant time.
+//!
+//! The token check reads the same resolved path the router does (see
+//! [`super::request::parse_target`]) and is default-deny: every route needs the token
+//! except the few that are [`public`] (`/health` and the web UI's files), however the
+//! path was spelled.
 
 use std::net::SocketAddr;
 
@@ -20,6 +25,10 @@ pub fn state_changing(method: &str) -> bool {
 }
 
 impl Guards {
+    /// An `--allowed-host` without a port is accepted with the listening port (SPEC §12:
+    /// a Host always carries the port of a non-default listener). One given with a port is
+    /// accepted with exactly that port; with port 80 or 443 also without it, because
+    /// clients leave a default port out of `Host` (a reverse proxy in front of brain).
     pub fn new(listen: SocketAddr, token: Option<String>, allowed_hosts: &[String]) -> Guards {
         let port = listen.port();
         let mut hosts = vec![
@@ -30,9 +39,17 @@ impl Guards {
         ];
         for h in allowed_hosts {
             let h = h.trim().to_ascii_lowercase();
-            if !h.is_empty() {
-                hosts.push(format!("{h}:{port}"));
-                hosts.push(h);
+            if h.is_empty() {
+                continue;
+            }
+            match explicit_port(&h) {
+                Some((name, p)) => {
+                    if p == "80" || p == "443" {
+                        hosts.push(name.to_owned());
+                    }
+                    hosts.push(h);
+                }
+                None => hosts.push(format!("{h}:{port}")),
             }
         }
         Guards { token, hosts }
@@ -44,11 +61,11 @@ impl Guards {
     }
 
     /// Checks one request: its `Host` (without a token), its `Origin` (state-changing
-    /// requests), its bearer token (`/v1` routes, with a token).
+    /// requests), its bearer token (every route but the [`public`] ones, with a token).
     pub fn check(
         &self,
         method: &str,
-        path: &str,
+        segments: &[String],
         host: Option<&str>,
         origin: Option<&str>,
         authorization: Option<&str>,
@@ -75,11 +92,9 @@ impl Guards {
                 ));
             }
         }
-        if let (Some(token), true) = (&self.token, path.starts_with("/v1/") || path == "/v1") {
-            let given = authorization
-                .and_then(|a| a.strip_prefix("Bearer "))
-                .unwrap_or("");
-            if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+        if let (Some(token), false) = (&self.token, public(segments)) {
+            let given = authorization.and_then(bearer).unwrap_or("");
+            if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
                 return Err(ApiError::new(
                     401,
                     "unauthorized",
@@ -89,6 +104,37 @@ impl Guards {
         }
         Ok(())
     }
+}
+
+/// Routes anyone may fetch, token or not: the health check and the web UI's files (the
+/// page asks for the token itself). Everything else, unknown paths included, needs it.
+pub fn public(segments: &[String]) -> bool {
+    let s: Vec<&str> = segments.iter().map(String::as_str).collect();
+    matches!(
+        s.as_slice(),
+        [] | ["health"] | ["sessions", _] | ["assets", ..]
+    )
+}
+
+/// The credentials of a `Bearer` authorization; the scheme is case-insensitive (RFC 7235).
+fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, credentials) = authorization.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
+}
+
+/// `host:port` split at its port, when it has one (`[::1]:80` included).
+fn explicit_port(h: &str) -> Option<(&str, &str)> {
+    let (name, port) = h.rsplit_once(':')?;
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    // A bare IPv6 address has colons of its own; only a bracketed one has a port.
+    let whole_name = if name.starts_with('[') {
+        name.ends_with(']')
+    } else {
+        !name.contains(':')
+    };
+    (digits && whole_name).then_some((name, port))
 }
 
 /// Compares two secrets in time that depends only on their lengths.
@@ -103,11 +149,19 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn seg(path: &str) -> Vec<String> {
+        crate::api::request::parse_target(path).unwrap().segments
+    }
+
     fn guards(token: Option<&str>) -> Guards {
         Guards::new(
             "127.0.0.1:7420".parse().unwrap(),
             token.map(str::to_owned),
-            &["brain.lan".into()],
+            &[
+                "brain.lan".into(),
+                "proxy.example:443".into(),
+                "[fd00::1]:8080".into(),
+            ],
         )
     }
 
@@ -119,11 +173,14 @@ mod tests {
             "localhost:7420",
             "LOCALHOST:7420",
             "[::1]:7420",
-            "brain.lan",
             "brain.lan:7420",
+            "proxy.example:443",
+            "proxy.example",
+            "[fd00::1]:8080",
         ] {
             assert!(
-                g.check("GET", "/health", Some(ok), None, None).is_ok(),
+                g.check("GET", &seg("/health"), Some(ok), None, None)
+                    .is_ok(),
                 "{ok}"
             );
         }
@@ -131,10 +188,16 @@ mod tests {
             Some("evil.com"),
             Some("127.0.0.1:9999"),
             Some("localhost"),
+            Some("brain.lan"),
+            Some("brain.lan:9999"),
+            Some("proxy.example:7420"),
+            Some("[fd00::1]"),
             None,
         ] {
             assert_eq!(
-                g.check("GET", "/health", bad, None, None).unwrap_err().code,
+                g.check("GET", &seg("/health"), bad, None, None)
+                    .unwrap_err()
+                    .code,
                 "forbidden_host",
                 "{bad:?}"
             );
@@ -146,13 +209,14 @@ mod tests {
         let g = guards(None);
         let host = Some("127.0.0.1:7420");
         assert!(
-            g.check("POST", "/v1/sessions", host, None, None).is_ok(),
+            g.check("POST", &seg("/v1/sessions"), host, None, None)
+                .is_ok(),
             "no Origin: a program"
         );
         assert!(
             g.check(
                 "POST",
-                "/v1/sessions",
+                &seg("/v1/sessions"),
                 host,
                 Some("http://127.0.0.1:7420"),
                 None
@@ -160,12 +224,18 @@ mod tests {
             .is_ok()
         );
         assert!(
-            g.check("GET", "/v1/sessions", host, Some("http://evil.com"), None)
-                .is_ok()
+            g.check(
+                "GET",
+                &seg("/v1/sessions"),
+                host,
+                Some("http://evil.com"),
+                None
+            )
+            .is_ok()
         );
         for bad in ["http://evil.com", "null", "http://127.0.0.1:7420.evil.com"] {
             let e = g
-                .check("POST", "/v1/sessions", host, Some(bad), None)
+                .check("POST", &seg("/v1/sessions"), host, Some(bad), None)
                 .unwrap_err();
             assert_eq!(e.code, "forbidden_origin", "{bad}");
         }
@@ -175,33 +245,92 @@ mod tests {
     fn with_a_token_v1_needs_it_and_any_host_is_fine() {
         let g = guards(Some("s3cret"));
         let host = Some("my-machine:7420");
-        assert!(g.check("GET", "/health", host, None, None).is_ok());
+        assert!(g.check("GET", &seg("/health"), host, None, None).is_ok());
         assert_eq!(
-            g.check("GET", "/v1/sessions", host, None, None)
+            g.check("GET", &seg("/v1/sessions"), host, None, None)
                 .unwrap_err()
                 .code,
             "unauthorized"
         );
         assert_eq!(
-            g.check("GET", "/v1/sessions", host, None, Some("Bearer nope"))
+            g.check("GET", &seg("/v1/sessions"), host, None, Some("Bearer nope"))
                 .unwrap_err()
                 .code,
             "unauthorized"
         );
         assert!(
-            g.check("GET", "/v1/sessions", host, None, Some("Bearer s3cret"))
-                .is_ok()
+            g.check(
+                "GET",
+                &seg("/v1/sessions"),
+                host,
+                None,
+                Some("Bearer s3cret")
+            )
+            .is_ok()
         );
         assert!(
             g.check(
                 "POST",
-                "/v1/sessions",
+                &seg("/v1/sessions"),
                 host,
                 Some("http://my-machine:7420"),
                 Some("Bearer s3cret")
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn the_token_guards_every_route_but_the_public_ones_and_its_scheme_is_any_case() {
+        let g = guards(Some("s3cret"));
+        let host = Some("h:1");
+        for path in [
+            "/v1/sessions",
+            "/v1",
+            "/v2/anything",
+            "/healthz",
+            "/x/health",
+            "/sessions",
+        ] {
+            assert_eq!(
+                g.check("GET", &seg(path), host, None, None)
+                    .unwrap_err()
+                    .code,
+                "unauthorized",
+                "{path}"
+            );
+        }
+        for path in ["/", "/health", "/sessions/abc", "/assets/app.js"] {
+            assert!(
+                g.check("GET", &seg(path), host, None, None).is_ok(),
+                "{path}"
+            );
+        }
+        for auth in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER  s3cret ",
+            "bEaReR s3cret",
+        ] {
+            assert!(
+                g.check("GET", &seg("/v1/sessions"), host, None, Some(auth))
+                    .is_ok(),
+                "{auth}"
+            );
+        }
+        for auth in [
+            "Basic s3cret",
+            "Bearers3cret",
+            "s3cret",
+            "Bearer s3cret2",
+            "Bearer",
+        ] {
+            assert!(
+                g.check("GET", &seg("/v1/sessions"), host, None, Some(auth))
+                    .is_err(),
+                "{auth}"
+            );
+        }
     }
 
     #[test]

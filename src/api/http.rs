@@ -1,102 +1,141 @@
-//! HTTP plumbing on tiny_http: query strings, JSON bodies under a limit, JSON answers, and
-//! Server-Sent-Event streams written by hand (tiny_http buffers streamed responses, so a
-//! stream takes the raw writer, frames each event as an HTTP chunk and flushes it).
+//! HTTP answers and bodies: JSON answers with the headers every answer carries, the request
+//! as routes see it (head, resolved target, body already read under its limit), and
+//! Server-Sent-Event streams framed as HTTP chunks and flushed one event at a time.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{self, Write};
 use std::time::Duration;
 
 use serde_json::Value;
-use tiny_http::{Header, Request, Response};
 
 use super::error::ApiError;
+use super::request::{Head, Target};
 use crate::chat::frames::{Next, Subscription};
 
 /// A keep-alive comment this often, so proxies do not cut a long silence.
 pub const SSE_PING_INTERVAL: Duration = Duration::from_secs(15);
 
-/// The answer type of every non-streaming route.
-pub type Answer = Response<std::io::Cursor<Vec<u8>>>;
-
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+/// A request as routes see it: its body is already read (within `--max-body-bytes`).
+#[derive(Debug)]
+pub struct Request {
+    pub method: String,
+    pub head: Head,
+    pub target: Target,
+    pub body: Vec<u8>,
 }
 
-/// Headers every answer carries.
-fn common(mut r: Answer) -> Answer {
-    for (k, v) in [
-        ("X-Content-Type-Options", "nosniff"),
-        ("Cache-Control", "no-store"),
-        ("Referrer-Policy", "no-referrer"),
-    ] {
-        if let Some(h) = header(k, v) {
-            r.add_header(h);
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.header(name)
+    }
+
+    pub fn params(&self) -> &HashMap<String, String> {
+        &self.target.params
+    }
+}
+
+/// A complete (non-streaming) answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    fn new(status: u16, content_type: Option<&str>, body: Vec<u8>) -> Answer {
+        let mut headers = vec![
+            ("X-Content-Type-Options", "nosniff".to_owned()),
+            ("Cache-Control", "no-store".to_owned()),
+            ("Referrer-Policy", "no-referrer".to_owned()),
+        ];
+        if let Some(t) = content_type {
+            headers.push(("Content-Type", t.to_owned()));
+        }
+        Answer {
+            status,
+            headers,
+            body,
         }
     }
-    r
+
+    fn with(mut self, name: &'static str, value: &str) -> Answer {
+        self.headers.push((name, value.to_owned()));
+        self
+    }
+
+    /// Writes the answer; `head_only` for HEAD requests.
+    pub fn write_to(&self, w: &mut dyn Write, keep_alive: bool, head_only: bool) -> io::Result<()> {
+        let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        for (k, v) in &self.headers {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+        out.push_str(&format!(
+            "Content-Length: {}\r\nConnection: {}\r\n\r\n",
+            self.body.len(),
+            if keep_alive { "keep-alive" } else { "close" }
+        ));
+        let mut bytes = out.into_bytes();
+        if !head_only {
+            bytes.extend_from_slice(&self.body);
+        }
+        w.write_all(&bytes)?;
+        w.flush()
+    }
+}
+
+/// The reason phrase of a status (informative only; clients read the number).
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "",
+    }
 }
 
 pub fn json(status: u16, body: &Value) -> Answer {
-    let mut r = Response::from_string(body.to_string()).with_status_code(status);
-    if let Some(h) = header("Content-Type", "application/json") {
-        r.add_header(h);
-    }
-    common(r)
+    Answer::new(
+        status,
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
 }
 
 pub fn error(e: &ApiError) -> Answer {
-    let mut r = Response::from_string(e.body()).with_status_code(e.status);
-    if let Some(h) = header("Content-Type", "application/json") {
-        r.add_header(h);
-    }
+    let a = Answer::new(e.status, Some("application/json"), e.body().into_bytes());
     if e.status == 401 {
-        if let Some(h) = header("WWW-Authenticate", "Bearer") {
-            r.add_header(h);
-        }
+        a.with("WWW-Authenticate", "Bearer")
+    } else {
+        a
     }
-    common(r)
 }
 
 /// A static file of the web UI, under the page's Content-Security-Policy.
 pub fn asset(body: &'static str, content_type: &str) -> Answer {
-    let mut r = Response::from_string(body).with_status_code(200);
-    for (k, v) in [
-        ("Content-Type", content_type),
-        (
+    Answer::new(200, Some(content_type), body.as_bytes().to_vec())
+        .with(
             "Content-Security-Policy",
             super::assets::CONTENT_SECURITY_POLICY,
-        ),
-        ("X-Frame-Options", "DENY"),
-    ] {
-        if let Some(h) = header(k, v) {
-            r.add_header(h);
-        }
-    }
-    common(r)
+        )
+        .with("X-Frame-Options", "DENY")
 }
 
 pub fn empty(status: u16) -> Answer {
-    common(Response::from_data(Vec::new()).with_status_code(status))
-}
-
-/// A request header's value.
-pub fn header_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
-    req.headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
-}
-
-/// Splits a URL into its path and its query parameters (each at most once).
-pub fn split_url(url: &str) -> Result<(String, HashMap<String, String>), ApiError> {
-    let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut params = HashMap::new();
-    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        if params.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(ApiError::bad_request(format!("`{k}` is given twice")));
-        }
-    }
-    Ok((path.to_owned(), params))
+    Answer::new(status, None, Vec::new())
 }
 
 /// A numeric query parameter within `min..=max`, or its default.
@@ -118,29 +157,12 @@ pub fn number(
     }
 }
 
-/// The JSON object in a request's body; an absent body is `{}`. The declared length is
-/// checked before anything is read, and a body without one is read no further than the
-/// limit.
-pub fn json_body(
-    req: &mut Request,
-    max_bytes: usize,
-) -> Result<serde_json::Map<String, Value>, ApiError> {
-    let declared = req.body_length();
-    let chunked = header_value(req, "Transfer-Encoding").is_some();
-    if declared == Some(0) || (declared.is_none() && !chunked) {
+/// The JSON object in a request's body; an absent or blank body is `{}`.
+pub fn json_body(req: &Request) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if req.body.is_empty() {
         return Ok(serde_json::Map::new());
     }
-    let too_large = || {
-        ApiError::new(
-            413,
-            "too_large",
-            format!("the body is over {max_bytes} bytes"),
-        )
-    };
-    if declared.is_some_and(|n| n > max_bytes) {
-        return Err(too_large());
-    }
-    let content_type = header_value(req, "Content-Type").unwrap_or_default();
+    let content_type = req.header("Content-Type").unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim();
     if !media.eq_ignore_ascii_case("application/json") {
         return Err(ApiError::new(
@@ -149,82 +171,141 @@ pub fn json_body(
             "the body must be application/json",
         ));
     }
-    let mut bytes = Vec::new();
-    req.as_reader()
-        .take(max_bytes as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|_| ApiError::bad_request("the body could not be read"))?;
-    if bytes.len() > max_bytes {
-        return Err(too_large());
-    }
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    if req.body.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Map::new());
     }
-    match serde_json::from_slice::<Value>(&bytes) {
+    match serde_json::from_slice::<Value>(&req.body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
         Err(e) => Err(ApiError::bad_request(format!("malformed JSON: {e}"))),
     }
 }
 
-/// Streams an attempt's frames as SSE on the request's own connection, on its own thread
-/// (a stream holds its thread for its life). A client that goes away only ends this
-/// thread; the attempt goes on (I8).
-pub fn stream(req: Request, session_id: &str, status: u16, mut sub: Subscription) {
+/// Streams an attempt's frames as SSE on the connection's own thread until the `end`
+/// frame, then closes. A client that stops reading only stalls this connection (its
+/// writes time out); the attempt goes on (I8). `chunked` is false for HTTP/1.0 clients,
+/// whose stream ends when the connection closes.
+pub fn stream(
+    w: &mut dyn Write,
+    session_id: &str,
+    mut sub: Subscription,
+    chunked: bool,
+) -> io::Result<()> {
+    let framing = if chunked {
+        "Transfer-Encoding: chunked\r\n"
+    } else {
+        ""
+    };
     let head = format!(
-        "HTTP/1.1 {status} OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
          X-Content-Type-Options: nosniff\r\nX-Session-Id: {session_id}\r\n\
-         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+         {framing}Connection: close\r\n\r\n"
     );
-    std::thread::spawn(move || {
-        let mut w = req.into_writer();
-        if w.write_all(head.as_bytes())
-            .and_then(|()| w.flush())
-            .is_err()
-        {
-            return;
-        }
-        loop {
-            let piece = match sub.next_frame(SSE_PING_INTERVAL) {
-                Next::Frame(f) => match serde_json::to_string(&f) {
-                    Ok(json) => format!("data: {json}\n\n"),
-                    Err(_) => continue,
-                },
-                Next::Idle => ": ping\n\n".to_owned(),
-                Next::Ended => {
-                    let _ = w.write_all(b"0\r\n\r\n").and_then(|()| w.flush());
-                    return;
+    w.write_all(head.as_bytes())?;
+    w.flush()?;
+    loop {
+        let piece = match sub.next_frame(SSE_PING_INTERVAL) {
+            Next::Frame(f) => match serde_json::to_string(&f) {
+                Ok(json) => format!("data: {json}\n\n"),
+                Err(_) => continue,
+            },
+            Next::Idle => ": ping\n\n".to_owned(),
+            Next::Ended => {
+                if chunked {
+                    w.write_all(b"0\r\n\r\n")?;
                 }
-            };
-            let chunk = format!("{:x}\r\n{piece}\r\n", piece.len());
-            if w.write_all(chunk.as_bytes())
-                .and_then(|()| w.flush())
-                .is_err()
-            {
-                return;
+                return w.flush();
             }
+        };
+        if chunked {
+            w.write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())?;
+        } else {
+            w.write_all(piece.as_bytes())?;
         }
-    });
+        w.flush()?;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::request::{parse_target, query_params};
 
     #[test]
-    fn queries_are_decoded_and_duplicates_refused() {
-        let (path, q) = split_url("/v1/search?q=hello+w%C3%B6rld&limit=5").unwrap();
-        assert_eq!(path, "/v1/search");
-        assert_eq!(q["q"], "hello wörld");
+    fn numbers_are_bounded() {
+        let q = query_params("limit=5").unwrap();
         assert_eq!(number(&q, "limit", 20, 1, 100).unwrap(), 5);
         assert_eq!(number(&q, "offset", 0, 0, u64::MAX).unwrap(), 0);
-        assert!(split_url("/x?a=1&a=2").is_err());
-        let (_, q) = split_url("/x?limit=0").unwrap();
-        assert_eq!(
-            number(&q, "limit", 20, 1, 100).unwrap_err().code,
-            "bad_request"
+        for bad in ["limit=0", "limit=-1", "limit=101", "limit=x"] {
+            let q = query_params(bad).unwrap();
+            assert_eq!(
+                number(&q, "limit", 20, 1, 100).unwrap_err().code,
+                "bad_request"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_are_framed_with_their_length() {
+        let mut out = Vec::new();
+        json(201, &serde_json::json!({"a": 1}))
+            .write_to(&mut out, true, false)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 201 Created\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 7\r\nConnection: keep-alive\r\n\r\n{\"a\":1}"));
+        let mut out = Vec::new();
+        error(&ApiError::new(401, "unauthorized", "no"))
+            .write_to(&mut out, false, true)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("WWW-Authenticate: Bearer\r\n"));
+        assert!(text.ends_with("Connection: close\r\n\r\n"), "HEAD: no body");
+    }
+
+    #[test]
+    fn bodies_must_be_json_objects() {
+        let req = |ct: Option<&str>, body: &str| Request {
+            method: "POST".into(),
+            head: Head {
+                method: "POST".into(),
+                target: "/".into(),
+                minor_version: 1,
+                headers: ct
+                    .map(|c| vec![("Content-Type".to_owned(), c.to_owned())])
+                    .unwrap_or_default(),
+            },
+            target: parse_target("/").unwrap(),
+            body: body.as_bytes().to_vec(),
+        };
+        assert!(json_body(&req(None, "")).unwrap().is_empty());
+        assert!(
+            json_body(&req(Some("application/json"), " \n"))
+                .unwrap()
+                .is_empty()
         );
-        let (_, q) = split_url("/x?limit=-1").unwrap();
-        assert!(number(&q, "limit", 20, 1, 100).is_err());
+        assert_eq!(
+            json_body(&req(Some("Application/JSON; charset=utf-8"), "{\"a\":1}")).unwrap()["a"],
+            1
+        );
+        assert_eq!(json_body(&req(None, "{}")).unwrap_err().status, 415);
+        assert_eq!(
+            json_body(&req(Some("text/plain"), "{}"))
+                .unwrap_err()
+                .status,
+            415
+        );
+        assert_eq!(
+            json_body(&req(Some("application/json"), "[1]"))
+                .unwrap_err()
+                .status,
+            400
+        );
+        assert_eq!(
+            json_body(&req(Some("application/json"), "{"))
+                .unwrap_err()
+                .status,
+            400
+        );
     }
 }

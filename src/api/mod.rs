@@ -1,30 +1,46 @@
-//! The HTTP API (SPEC §7, §8, §12) on a synchronous, threaded tiny_http server: a fixed
-//! pool of worker threads answers requests; each SSE stream gets its own thread.
+//! The HTTP API (SPEC §7, §8, §12) on brain's own small HTTP/1.1 server: one thread per
+//! connection, every connection under deadlines and a cap (see [`server`] for the
+//! connection model), request heads parsed by `httparse` and judged before any body is read.
 //!
+//! - [`server`]: the listener, the connection registry and its cap, shutdown.
+//! - [`conn`]: one connection's life: deadlines, body framing, keep-alive, streams.
+//! - [`request`]: parsing and judging a head: framing, the request-target (pure).
 //! - [`error`]: the one mapping from typed errors to status and code.
 //! - [`guards`]: Host, Origin and bearer checks.
-//! - [`http`]: query strings, JSON bodies under a limit, answers, SSE.
+//! - [`http`]: answers, JSON bodies, SSE.
 //! - [`routes`]: what each route does.
 //! - [`views`]: the JSON shapes of sessions, events and hits.
 //!
 //! **Architecture invariant:** only `api` knows HTTP and the wire shapes of the API.
 
 pub mod assets;
+pub mod conn;
 pub mod error;
 pub mod guards;
 pub mod http;
+pub mod request;
 pub mod routes;
+pub mod server;
 pub mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+pub use server::Running;
 
 use crate::chat::engine::Engine;
 use crate::tokens::Estimator;
 
-/// Request-handling threads (SSE streams have their own).
-pub const WORKER_THREADS: usize = 8;
+/// Default for `--request-timeout`: a request's head and body must arrive within it.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default for `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// How long a kept-alive connection may sit between requests before it is closed.
+pub const KEEP_ALIVE_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The server's own settings.
 #[derive(Clone, Debug)]
@@ -33,6 +49,12 @@ pub struct ApiConfig {
     pub token: Option<String>,
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
+    /// How long a request's head and body may take to arrive.
+    pub request_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// The most connections open at once (lowered to fit the open-file limit).
+    pub max_connections: usize,
     /// The system prompt of sessions created without one.
     pub system_prompt: String,
 }
@@ -45,69 +67,27 @@ pub struct Api {
     pub estimator: Estimator,
 }
 
-/// A running server.
-pub struct Running {
-    server: Arc<tiny_http::Server>,
-    workers: Vec<JoinHandle<()>>,
-    /// The address it listens on (the real port when 0 was asked for).
-    pub addr: SocketAddr,
-}
-
-impl Running {
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Stops taking requests (streams already open finish on their own threads).
-    pub fn stop(self) {
-        for _ in &self.workers {
-            self.server.unblock();
-        }
-        for w in self.workers {
-            let _ = w.join();
-        }
-    }
-}
-
 /// Binds and starts serving.
 pub fn start(config: ApiConfig, engine: Engine) -> Result<Running, String> {
     let cannot = |e: &dyn std::fmt::Display| format!("cannot listen on {}: {e}", config.listen);
     let listener = std::net::TcpListener::bind(config.listen).map_err(|e| cannot(&e))?;
-    // Accepted connections inherit TCP_NODELAY (Linux). Without it, an answer written in two
-    // pieces (headers, then a body over the buffer) waits for the client's delayed ACK:
-    // `GET /v1/sessions` fell to ~90 requests/s under wrk.
-    socket2::SockRef::from(&listener)
-        .set_tcp_nodelay(true)
-        .map_err(|e| cannot(&e))?;
-    let server = tiny_http::Server::from_listener(listener, None).map_err(|e| cannot(&e))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| "the server has no IP address".to_owned())?;
+    let addr = listener.local_addr().map_err(|e| cannot(&e))?;
     let guards = guards::Guards::new(addr, config.token.clone(), &config.allowed_hosts);
-    let api = Arc::new(Api {
-        engine,
-        config: ApiConfig {
-            listen: addr,
-            ..config
-        },
-        guards,
-        estimator: Estimator::new(),
+    let cap = server::connection_cap(config.max_connections);
+    let shared = Arc::new(server::Shared {
+        connections: server::Connections::new(cap),
+        stopping: AtomicBool::new(false),
+        request_timeout: config.request_timeout,
+        idle_timeout: config.idle_timeout,
+        api: Arc::new(Api {
+            engine,
+            config: ApiConfig {
+                listen: addr,
+                ..config
+            },
+            guards,
+            estimator: Estimator::new(),
+        }),
     });
-    let server = Arc::new(server);
-    let workers = (0..WORKER_THREADS)
-        .map(|_| {
-            let (server, api) = (Arc::clone(&server), Arc::clone(&api));
-            thread::spawn(move || {
-                while let Ok(req) = server.recv() {
-                    routes::handle(&api, req);
-                }
-            })
-        })
-        .collect();
-    Ok(Running {
-        server,
-        workers,
-        addr,
-    })
+    server::run(listener, shared, addr)
 }

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
-use tiny_http::Request;
 
 use super::error::ApiError;
-use super::http::{self, Answer, header_value, json_body, number, split_url};
+use super::http::{self, Answer, Request, json_body, number};
+use super::request::{Head, Target};
 use super::{Api, assets, views};
 use crate::chat::frames::Subscription;
 use crate::session::compactor::Budget;
@@ -19,47 +19,51 @@ use crate::session::{SessionId, SessionRow};
 /// The longest title accepted, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 
+/// The largest seq a query may name: the database stores seqs as signed 64-bit integers,
+/// so anything past it is a 400, not a failed conversion.
+pub const MAX_SEQ: u64 = i64::MAX as u64;
+
 /// What a route answers: a JSON answer, or a stream of an attempt's frames.
-enum Reply {
+pub enum Reply {
     Answer(Answer),
     Stream(SessionId, Subscription),
 }
 
-/// Answers one request. Never panics on what a client sends; every error is
+/// Decides from a request's head alone whether it may be served (Host, Origin, token),
+/// before any of its body is read. `method` is the method routing uses.
+pub fn admit(api: &Api, method: &str, head: &Head, target: &Target) -> Result<(), ApiError> {
+    api.guards.check(
+        method,
+        &target.segments,
+        head.header("Host"),
+        head.header("Origin"),
+        head.header("Authorization"),
+    )
+}
+
+/// Answers one admitted request. Never panics on what a client sends; every error is
 /// `{error, message}` with the SPEC's status.
-pub fn handle(api: &Api, mut req: Request) {
-    let reply = route(api, &mut req);
-    match reply {
-        Ok(Reply::Answer(a)) => {
-            let _ = req.respond(a);
-        }
-        Ok(Reply::Stream(id, sub)) => http::stream(req, &id.to_string(), 200, sub),
-        Err(e) => {
-            let _ = req.respond(http::error(&e));
-        }
+pub fn handle(api: &Api, req: &Request) -> Reply {
+    match route(api, req) {
+        Ok(reply) => reply,
+        Err(e) => Reply::Answer(http::error(&e)),
     }
 }
 
-fn route(api: &Api, req: &mut Request) -> Result<Reply, ApiError> {
-    let method = req.method().as_str().to_ascii_uppercase();
-    let (path, params) = split_url(req.url())?;
-    api.guards.check(
-        &method,
-        &path,
-        header_value(req, "Host"),
-        header_value(req, "Origin"),
-        header_value(req, "Authorization"),
-    )?;
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+fn route(api: &Api, req: &Request) -> Result<Reply, ApiError> {
+    let method = req.method.as_str();
+    let params = req.params();
+    let path = req.target.path();
+    let segments: Vec<&str> = req.target.segments.iter().map(String::as_str).collect();
     let answer = |a: Result<Answer, ApiError>| a.map(Reply::Answer);
-    match (method.as_str(), segments.as_slice()) {
+    match (method, segments.as_slice()) {
         ("GET", ["health"]) => answer(Ok(health(api))),
         ("GET", ["v1", "models"]) => answer(Ok(models(api))),
-        ("GET", ["v1", "sessions"]) => answer(list(api, &params)),
+        ("GET", ["v1", "sessions"]) => answer(list(api, params)),
         ("POST", ["v1", "sessions"]) => answer(create(api, req)),
-        ("GET", ["v1", "search"]) => answer(search(api, &params)),
-        ("GET", ["v1", "usage"]) => answer(usage(api, &params)),
-        (m, ["v1", "sessions", id, rest @ ..]) => session_route(api, req, m, id, rest, &params),
+        ("GET", ["v1", "search"]) => answer(search(api, params)),
+        ("GET", ["v1", "usage"]) => answer(usage(api, params)),
+        (m, ["v1", "sessions", id, rest @ ..]) => session_route(api, req, m, id, rest, params),
         ("GET", [] | ["sessions", _]) => answer(Ok(http::asset(
             assets::INDEX_HTML,
             "text/html; charset=utf-8",
@@ -79,7 +83,7 @@ fn route(api: &Api, req: &mut Request) -> Result<Reply, ApiError> {
 
 fn session_route(
     api: &Api,
-    req: &mut Request,
+    req: &Request,
     method: &str,
     id: &str,
     rest: &[&str],
@@ -97,14 +101,14 @@ fn session_route(
             Ok(Reply::Answer(http::empty(204)))
         }
         ("POST", ["messages"]) => {
-            let body = json_body(req, api.config.max_body_bytes)?;
+            let body = json_body(req)?;
             let message = string_field(&body, "message")?
                 .ok_or_else(|| ApiError::bad_request("`message` is required"))?;
             let model = string_field(&body, "model")?;
             Ok(Reply::Stream(id, engine.send(id, &message, model)?))
         }
         ("POST", ["retry"]) => {
-            let body = json_body(req, api.config.max_body_bytes)?;
+            let body = json_body(req)?;
             let model = string_field(&body, "model")?;
             Ok(Reply::Stream(id, engine.retry(id, model)?))
         }
@@ -234,8 +238,8 @@ fn list(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiError>
     ))
 }
 
-fn create(api: &Api, req: &mut Request) -> Result<Answer, ApiError> {
-    let body = json_body(req, api.config.max_body_bytes)?;
+fn create(api: &Api, req: &Request) -> Result<Answer, ApiError> {
+    let body = json_body(req)?;
     let title = title_field(&body)?;
     let system = string_field(&body, "system")?.unwrap_or_else(|| api.config.system_prompt.clone());
     if system.len() > api.engine.settings().max_message_bytes {
@@ -249,8 +253,8 @@ fn create(api: &Api, req: &mut Request) -> Result<Answer, ApiError> {
     Ok(http::json(201, &session_json(api, &row)))
 }
 
-fn patch(api: &Api, req: &mut Request, id: SessionId) -> Result<Answer, ApiError> {
-    let body = json_body(req, api.config.max_body_bytes)?;
+fn patch(api: &Api, req: &Request, id: SessionId) -> Result<Answer, ApiError> {
+    let body = json_body(req)?;
     let title = title_field(&body)?;
     let archived = match body.get("archived") {
         None | Some(Value::Null) => None,
@@ -279,7 +283,7 @@ fn transcript(
 ) -> Result<Answer, ApiError> {
     let store = api.engine.store();
     let session = store.session(id)?;
-    let before = number(params, "before_seq", u64::MAX, 1, u64::MAX)?;
+    let before = number(params, "before_seq", MAX_SEQ, 1, MAX_SEQ)?;
     let limit = number(params, "limit", 500, 1, 1000)? as usize;
     let items = ui_transcript(&store.events(id, 0, None)?);
     let older: Vec<_> = items.into_iter().filter(|i| i.seq < before).collect();
@@ -324,7 +328,7 @@ fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
 }
 
 fn events(api: &Api, id: SessionId, params: &HashMap<String, String>) -> Result<Answer, ApiError> {
-    let after = number(params, "after_seq", 0, 0, u64::MAX)?;
+    let after = number(params, "after_seq", 0, 0, MAX_SEQ)?;
     let limit = number(params, "limit", 500, 1, 1000)? as u32;
     let events = api.engine.store().events(id, after, Some(limit))?;
     let events: Vec<Value> = events

@@ -12,6 +12,13 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use super::{CliError, ServeArgs, open_at, resolve_db_path};
 use crate::api::{self, ApiConfig};
 use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
+
+/// Of the 10 s a shutdown may take (SPEC §6), what ending the attempts may use; the rest
+/// is for streams to deliver their `end` frames and for the process to exit.
+const ATTEMPTS_DEADLINE: Duration = SHUTDOWN_DEADLINE.saturating_sub(Duration::from_secs(2));
+
+/// How long open streams get to write their last frames before connections are closed.
+const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
 use crate::session::SyncMode;
 
@@ -106,11 +113,14 @@ pub fn run(
         token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
         allowed_hosts: args.allowed_hosts.clone(),
         max_body_bytes: args.max_body_bytes as usize,
+        request_timeout: Duration::from_secs(args.request_timeout),
+        idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
+        max_connections: args.max_connections as usize,
         system_prompt: args.system_prompt.clone(),
     };
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| CliError::Serve(format!("cannot handle signals: {e}")))?;
-    let running = api::start(config, engine.clone()).map_err(CliError::Serve)?;
+    let mut running = api::start(config, engine.clone()).map_err(CliError::Serve)?;
     let lock = take_lock(&db, &running.url())?;
     writeln!(
         out,
@@ -121,20 +131,25 @@ pub fn run(
     )?;
     out.flush()?;
     let signal = signals.forever().next();
-    eprintln!(
-        "brain: {} received: shutting down",
+    log::info!(
+        "{} received: shutting down",
         if signal == Some(SIGINT) {
             "interrupt"
         } else {
             "SIGTERM"
         }
     );
-    running.stop();
-    let report = engine.shutdown(SHUTDOWN_DEADLINE);
-    eprintln!(
-        "brain: ended {} running attempts ({} unfinished), skipped {} post-turn jobs",
-        report.ended_attempts, report.unfinished_attempts, report.skipped_background
+    // Attempts end first (their partials saved, their `end` frames sent to the streams
+    // still open), then the connections close: a stuck client cannot delay the records.
+    running.stop_accepting();
+    let report = engine.shutdown(ATTEMPTS_DEADLINE);
+    log::info!(
+        "ended {} running attempts ({} unfinished), skipped {} post-turn jobs",
+        report.ended_attempts,
+        report.unfinished_attempts,
+        report.skipped_background
     );
+    running.close(STREAMS_GRACE);
     let _ = fs::remove_file(lock);
     Ok(())
 }

@@ -14,14 +14,14 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 /// The brain binary serving `db`; SIGKILLed on drop unless it already exited.
-struct Brain {
-    child: Child,
-    url: String,
-    addr: String,
+pub struct Brain {
+    pub child: Child,
+    pub url: String,
+    pub addr: String,
 }
 
 impl Brain {
-    fn start(db: &TempDb, provider: &str, extra: &[&str]) -> Brain {
+    pub fn start(db: &TempDb, provider: &str, extra: &[&str]) -> Brain {
         let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
             .arg("--db")
             .arg(db.path())
@@ -53,11 +53,11 @@ impl Brain {
         Brain { child, url, addr }
     }
 
-    fn pid(&self) -> String {
+    pub fn pid(&self) -> String {
         self.child.id().to_string()
     }
 
-    fn signal(&self, sig: &str) {
+    pub fn signal(&self, sig: &str) {
         Command::new("kill")
             .args([sig, &self.pid()])
             .status()
@@ -72,7 +72,7 @@ impl Drop for Brain {
     }
 }
 
-fn agent() -> ureq::Agent {
+pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(30)))
@@ -81,7 +81,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// One JSON call: its status and body (Null when there is none).
-fn call(b: &Brain, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+pub fn call(b: &Brain, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let url = format!("{}{path}", b.url);
     let a = agent();
     let resp = match (method, body) {
@@ -104,7 +104,7 @@ fn call(b: &Brain, method: &str, path: &str, body: Option<Value>) -> (u16, Value
 }
 
 /// An SSE call: its status, `X-Session-Id`, and the frames' JSON.
-fn stream(b: &Brain, path: &str, body: Value) -> (u16, Option<String>, Vec<Value>) {
+pub fn stream(b: &Brain, path: &str, body: Value) -> (u16, Option<String>, Vec<Value>) {
     let resp = agent()
         .post(&format!("{}{path}", b.url))
         .header("Content-Type", "application/json")
@@ -113,7 +113,7 @@ fn stream(b: &Brain, path: &str, body: Value) -> (u16, Option<String>, Vec<Value
     read_frames(resp)
 }
 
-fn read_frames(resp: ureq::http::Response<ureq::Body>) -> (u16, Option<String>, Vec<Value>) {
+pub fn read_frames(resp: ureq::http::Response<ureq::Body>) -> (u16, Option<String>, Vec<Value>) {
     let status = resp.status().as_u16();
     let sid = resp
         .headers()
@@ -129,14 +129,14 @@ fn read_frames(resp: ureq::http::Response<ureq::Body>) -> (u16, Option<String>, 
     (status, sid, frames)
 }
 
-fn new_session(b: &Brain) -> String {
+pub fn new_session(b: &Brain) -> String {
     let (status, s) = call(b, "POST", "/v1/sessions", Some(json!({"title": "t"})));
     assert_eq!(status, 201, "{s}");
     s["id"].as_str().unwrap().to_owned()
 }
 
 /// Sends raw bytes; returns the status line's code and the body.
-fn raw(b: &Brain, request: &[u8]) -> (u16, String) {
+pub fn raw(b: &Brain, request: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(&b.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request).unwrap();
@@ -152,7 +152,7 @@ fn raw(b: &Brain, request: &[u8]) -> (u16, String) {
     (code, body)
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(20);
     while !f() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
@@ -529,8 +529,8 @@ fn forty_hostile_requests_get_the_specs_codes_and_the_server_stays_healthy() {
         ),
         (
             req("GET /v1/sessions/..%2f..%2fetc%2fpasswd HTTP/1.1", ""),
-            404,
-            "not_found",
+            400,
+            "bad_request",
         ),
         (
             req("DELETE /v1/sessions/123 HTTP/1.1", ""),
@@ -778,7 +778,7 @@ fn streaming_live_stop_retry_and_one_turn_at_a_time() {
     assert_eq!(frames.last().unwrap()["status"], "completed");
 }
 
-fn slow_answer() -> Value {
+pub fn slow_answer() -> Value {
     let words: Vec<String> = (0..60).map(|i| format!("word{i} ")).collect();
     json!({"kind": "stream", "text": words.concat(), "chunks": 60, "delay_ms": 100})
 }

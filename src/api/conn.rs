@@ -1,0 +1,368 @@
+//! One connection's life on its own thread: read a request under deadlines, judge its
+//! head before its body, answer (or stream), and keep the connection for the next request
+//! only while the client is prompt.
+//!
+//! Deadlines (SPEC §12): a request's head and body must arrive within `--request-timeout`
+//! of its first byte (else 408 and close); between requests a kept-alive connection may be
+//! silent for the idle timeout (then it is closed without a word); every write has the
+//! request timeout too (SSE writes their own). A read never blocks past the time left,
+//! so a client trickling one byte at a time cannot stretch a deadline.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::error::ApiError;
+use super::http::{self, Request};
+use super::request::{self, Framing, Head, Parsed};
+use super::routes::{self, Reply};
+use super::server::{BUSY, IDLE, READING, Shared, Slot};
+
+/// The largest request head (request line and headers).
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+
+/// How much is read from a socket at once.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// How long a single SSE write may block on a client that does not read.
+pub const SSE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest chunk-size line of a chunked body (size, extensions).
+const MAX_CHUNK_LINE_BYTES: usize = 1024;
+
+/// Why reading stopped.
+enum Stop {
+    /// The client closed, the connection was evicted, or the server is stopping.
+    Closed,
+    /// A deadline passed with part of a request received: answer 408.
+    TimedOut,
+    /// Nothing arrived before the idle deadline: close without a word.
+    Idle,
+    /// The request is refused (its answer closes the connection).
+    Refused(ApiError),
+}
+
+/// Bytes from the socket, buffered across requests (pipelined requests stay in `buf`).
+struct Input<'a> {
+    stream: &'a TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Input<'_> {
+    /// Reads more bytes, waiting until `deadline` at most. `Ok(false)` at end of stream.
+    fn fill(&mut self, deadline: Instant) -> Result<bool, Stop> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Stop::TimedOut);
+        }
+        self.stream
+            .set_read_timeout(Some(left))
+            .map_err(|_| Stop::Closed)?;
+        let mut chunk = [0u8; READ_CHUNK_BYTES];
+        let mut reader: &TcpStream = self.stream;
+        match reader.read(&mut chunk) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(Stop::TimedOut)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(_) => Err(Stop::Closed),
+        }
+    }
+
+    /// Takes exactly `n` bytes (reading more as needed).
+    fn take(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, Stop> {
+        while self.buf.len() < n {
+            if !self.fill(deadline)? {
+                return Err(Stop::Closed);
+            }
+        }
+        let rest = self.buf.split_off(n);
+        Ok(std::mem::replace(&mut self.buf, rest))
+    }
+
+    /// Takes one CRLF-terminated line (without its CRLF), at most `max` bytes long.
+    fn line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Stop> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = self.take(i + 2, deadline)?;
+                return Ok(line[..i].to_vec());
+            }
+            if self.buf.len() > max {
+                return Err(Stop::Refused(ApiError::bad_request(
+                    "malformed chunked body: a line is too long",
+                )));
+            }
+            if !self.fill(deadline)? {
+                return Err(Stop::Closed);
+            }
+        }
+    }
+}
+
+/// Serves one connection until it closes.
+pub fn serve(shared: &Shared, slot: &Slot) {
+    let mut input = Input {
+        stream: &slot.stream,
+        buf: Vec::new(),
+    };
+    let mut first = true;
+    loop {
+        let idle = if first {
+            shared.request_timeout
+        } else {
+            shared.idle_timeout
+        };
+        first = false;
+        let keep_alive = match one_request(shared, slot, &mut input, idle) {
+            Ok(keep) => keep,
+            Err(Stop::Refused(e)) => {
+                answer_and_close(slot, shared, &e);
+                return;
+            }
+            Err(Stop::TimedOut) => {
+                let e = ApiError::new(
+                    408,
+                    "timeout",
+                    format!(
+                        "the request did not arrive within {} s",
+                        shared.request_timeout.as_secs()
+                    ),
+                );
+                answer_and_close(slot, shared, &e);
+                return;
+            }
+            Err(Stop::Closed | Stop::Idle) => return,
+        };
+        let now = shared.connections.now_ms();
+        if !keep_alive || shared.stopping.load(Ordering::Acquire) || !slot.enter(BUSY, IDLE, now) {
+            return;
+        }
+    }
+}
+
+fn answer_and_close(slot: &Slot, shared: &Shared, e: &ApiError) {
+    let _ = slot.stream.set_write_timeout(Some(shared.request_timeout));
+    let mut w: &TcpStream = &slot.stream;
+    let _ = http::error(e).write_to(&mut w, false, false);
+}
+
+/// Reads, judges and answers one request; whether the connection may take another.
+fn one_request(
+    shared: &Shared,
+    slot: &Slot,
+    input: &mut Input,
+    idle: Duration,
+) -> Result<bool, Stop> {
+    let (head, head_len) = read_head(shared, slot, input, idle)?;
+    let deadline = Instant::now() + shared.request_timeout;
+    input.buf.drain(..head_len);
+    let target = request::parse_target(&head.target).map_err(Stop::Refused)?;
+    let framing = request::framing(&head).map_err(Stop::Refused)?;
+    let method = head.method.to_ascii_uppercase();
+    let head_only = method == "HEAD";
+    let routed_method = if head_only { "GET".to_owned() } else { method };
+    let api = &shared.api;
+    // Who may ask is decided from the head alone, before a byte of the body is read.
+    if let Err(e) = routes::admit(api, &routed_method, &head, &target) {
+        busy(shared, slot)?;
+        let body_pending = framing != Framing::None;
+        return respond(
+            shared,
+            slot,
+            &head,
+            http::error(&e),
+            !body_pending,
+            head_only,
+        );
+    }
+    if shared.stopping.load(Ordering::Acquire) {
+        busy(shared, slot)?;
+        let e = ApiError::new(503, "unavailable", "the server is shutting down");
+        return respond(shared, slot, &head, http::error(&e), false, head_only);
+    }
+    let body = read_body(shared, slot, input, &head, framing, deadline)?;
+    busy(shared, slot)?;
+    let req = Request {
+        method: routed_method,
+        head,
+        target,
+        body,
+    };
+    match routes::handle(api, &req) {
+        Reply::Answer(a) => respond(shared, slot, &req.head, a, true, head_only),
+        Reply::Stream(id, sub) => {
+            if !head_only {
+                let _ = slot.stream.set_write_timeout(Some(SSE_WRITE_TIMEOUT));
+                let mut w: &TcpStream = &slot.stream;
+                let chunked = req.head.minor_version >= 1;
+                if let Err(e) = http::stream(&mut w, &id.to_string(), sub, chunked) {
+                    log::debug!("a stream of {id} ended early: {e}");
+                }
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Marks the request as being answered (no longer evictable).
+fn busy(shared: &Shared, slot: &Slot) -> Result<(), Stop> {
+    if slot.enter(READING, BUSY, shared.connections.now_ms()) {
+        Ok(())
+    } else {
+        Err(Stop::Closed)
+    }
+}
+
+/// Writes an answer; the connection stays open only if the client wants it and nothing of
+/// the request is left unread.
+fn respond(
+    shared: &Shared,
+    slot: &Slot,
+    head: &Head,
+    answer: http::Answer,
+    request_consumed: bool,
+    head_only: bool,
+) -> Result<bool, Stop> {
+    let keep = request_consumed && head.keep_alive() && !shared.stopping.load(Ordering::Acquire);
+    log::debug!("{} {} -> {}", head.method, head.target, answer.status);
+    let _ = slot.stream.set_write_timeout(Some(shared.request_timeout));
+    let mut w: &TcpStream = &slot.stream;
+    match answer.write_to(&mut w, keep, head_only) {
+        Ok(()) => Ok(keep),
+        Err(_) => Err(Stop::Closed),
+    }
+}
+
+/// Waits for a request's head: up to `idle` for its first byte, then up to the request
+/// timeout for the rest.
+fn read_head(
+    shared: &Shared,
+    slot: &Slot,
+    input: &mut Input,
+    idle: Duration,
+) -> Result<(Head, usize), Stop> {
+    let mut deadline = Instant::now() + idle;
+    let mut started = false;
+    loop {
+        if !input.buf.is_empty() && !started {
+            started = true;
+            if !slot.enter(IDLE, READING, shared.connections.now_ms()) {
+                return Err(Stop::Closed);
+            }
+            deadline = Instant::now() + shared.request_timeout;
+        }
+        if started {
+            match request::parse_head(&input.buf).map_err(Stop::Refused)? {
+                Parsed::Complete(head, len) => return Ok((head, len)),
+                Parsed::Partial if input.buf.len() > MAX_HEAD_BYTES => {
+                    return Err(Stop::Refused(ApiError::new(
+                        431,
+                        "too_large",
+                        format!("the request head is over {MAX_HEAD_BYTES} bytes"),
+                    )));
+                }
+                Parsed::Partial => {}
+            }
+        }
+        match input.fill(deadline) {
+            Ok(true) => {}
+            Ok(false) => return Err(Stop::Closed),
+            Err(Stop::TimedOut) if !started => return Err(Stop::Idle),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads the body under `--max-body-bytes` (a declared length over it is refused before a
+/// byte is read), sending `100 Continue` first when the client waits for it.
+fn read_body(
+    shared: &Shared,
+    slot: &Slot,
+    input: &mut Input,
+    head: &Head,
+    framing: Framing,
+    deadline: Instant,
+) -> Result<Vec<u8>, Stop> {
+    let max = shared.api.config.max_body_bytes;
+    let too_large = || {
+        Stop::Refused(ApiError::new(
+            413,
+            "too_large",
+            format!("the body is over {max} bytes"),
+        ))
+    };
+    if framing == Framing::None {
+        return Ok(Vec::new());
+    }
+    if let Framing::Length(n) = framing {
+        if n > max as u64 {
+            return Err(too_large());
+        }
+    }
+    if head.expects_continue() {
+        let mut w: &TcpStream = &slot.stream;
+        let _ = slot.stream.set_write_timeout(Some(shared.request_timeout));
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .map_err(|_| Stop::Closed)?;
+    }
+    match framing {
+        Framing::Length(n) => input.take(n as usize, deadline),
+        _ => read_chunked(input, max, deadline).map_err(|e| match e {
+            ChunkError::TooLarge => too_large(),
+            ChunkError::Stop(s) => s,
+        }),
+    }
+}
+
+enum ChunkError {
+    TooLarge,
+    Stop(Stop),
+}
+
+impl From<Stop> for ChunkError {
+    fn from(s: Stop) -> ChunkError {
+        ChunkError::Stop(s)
+    }
+}
+
+/// Decodes a chunked body (extensions ignored, trailers read and dropped).
+fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<u8>, ChunkError> {
+    let bad = || {
+        ChunkError::Stop(Stop::Refused(ApiError::bad_request(
+            "malformed chunked body",
+        )))
+    };
+    let mut body = Vec::new();
+    loop {
+        let line = input.line(MAX_CHUNK_LINE_BYTES, deadline)?;
+        let size = line.split(|&b| b == b';').next().unwrap_or_default();
+        let size = std::str::from_utf8(size).map_err(|_| bad())?.trim();
+        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let size = usize::from_str_radix(size, 16).map_err(|_| bad())?;
+        if size == 0 {
+            // Trailer fields, then the empty line.
+            while !input.line(MAX_CHUNK_LINE_BYTES, deadline)?.is_empty() {}
+            return Ok(body);
+        }
+        if body.len() + size > max {
+            return Err(ChunkError::TooLarge);
+        }
+        body.extend(input.take(size, deadline)?);
+        if !input.take(2, deadline)?.eq(b"\r\n") {
+            return Err(bad());
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The listener and the connections it owns (SPEC §12, I10).
+//!
+//! The connection model: one accept thread; each accepted connection gets its own thread
+//! for its whole life (reading requests, answering, streaming), so a slow or stalled client
+//! only ever holds its own connection. Every connection is registered in [`Connections`],
+//! which caps how many are open (`--max-connections`, kept below the file-descriptor limit)
+//! and knows each one's state, so that at the cap an idle connection (then the oldest one
+//! still sending its request) is closed to make room, and only when every open connection
+//! is busy answering is a newcomer refused, at once, with 503. The accept loop never ends
+//! on an error: running out of file descriptors is logged and retried after a pause, and a
+//! panic inside the loop restarts it.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::error::ApiError;
+use super::{Api, conn, http};
+
+/// File descriptors kept free for everything that is not a client connection (the
+/// database and its WAL, provider connections, the lock file, standard streams).
+pub const FD_RESERVE: u64 = 64;
+
+/// How long the accept loop pauses after running out of file descriptors (or another
+/// accept error) before it tries again.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The stack of a connection thread: requests parse into bounded buffers and the heavy
+/// work (SQLite, JSON) is shallow, so 512 KiB is ample and 256 connections stay cheap.
+pub const CONNECTION_STACK_BYTES: usize = 512 * 1024;
+
+/// How often `close` looks whether the connections have ended.
+const CLOSE_POLL: Duration = Duration::from_millis(20);
+
+/// A connection waiting for the first byte of a request.
+pub const IDLE: u8 = 0;
+/// A connection receiving a request's head or body.
+pub const READING: u8 = 1;
+/// A connection whose request is being answered (or streamed).
+pub const BUSY: u8 = 2;
+/// A connection closed to make room; its thread ends at its next step.
+pub const EVICTED: u8 = 3;
+
+/// One open connection, shared by its thread and the registry.
+pub struct Slot {
+    pub stream: TcpStream,
+    state: AtomicU8,
+    since_ms: AtomicU64,
+}
+
+impl Slot {
+    /// Moves from one state to another; false when the connection was evicted meanwhile.
+    pub fn enter(&self, from: u8, to: u8, now_ms: u64) -> bool {
+        let ok = self
+            .state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if ok {
+            self.since_ms.store(now_ms, Ordering::Release);
+        }
+        ok
+    }
+
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+}
+
+/// The open connections, with the cap.
+pub struct Connections {
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    next_id: AtomicU64,
+    cap: usize,
+    epoch: Instant,
+}
+
+impl Connections {
+    pub fn new(cap: usize) -> Connections {
+        Connections {
+            slots: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            cap: cap.max(1),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Milliseconds since the registry was made (a monotonic stamp for states).
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    pub fn open(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Registers a connection, closing an idle or reading one at the cap; `None` when
+    /// every open connection is busy.
+    fn register(&self, stream: TcpStream) -> Result<(u64, Arc<Slot>), TcpStream> {
+        let mut slots = self.lock();
+        if slots.len() >= self.cap && !evict_one(&mut slots) {
+            return Err(stream);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            stream,
+            state: AtomicU8::new(IDLE),
+            since_ms: AtomicU64::new(self.now_ms()),
+        });
+        slots.insert(id, Arc::clone(&slot));
+        Ok((id, slot))
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Closes one idle (else reading) connection to free a descriptor.
+    fn evict(&self) -> bool {
+        evict_one(&mut self.lock())
+    }
+
+    /// Closes every connection in one of `states` (reads and writes on it fail at once).
+    fn close_where(&self, states: &[u8]) {
+        for slot in self.lock().values() {
+            if states.contains(&slot.state()) {
+                let _ = slot.stream.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Closes the longest-idle connection, else the one that has been sending its request
+/// the longest (a slow client), never one being answered.
+fn evict_one(slots: &mut HashMap<u64, Arc<Slot>>) -> bool {
+    for state in [IDLE, READING] {
+        let oldest = slots
+            .iter()
+            .filter(|(_, s)| s.state() == state)
+            .min_by_key(|(_, s)| s.since_ms.load(Ordering::Acquire))
+            .map(|(id, s)| (*id, Arc::clone(s)));
+        if let Some((id, slot)) = oldest {
+            if slot.enter(state, EVICTED, 0) {
+                let _ = slot.stream.shutdown(Shutdown::Both);
+                slots.remove(&id);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// What the accept loop and the connection threads share.
+pub struct Shared {
+    pub api: Arc<Api>,
+    pub connections: Connections,
+    pub stopping: AtomicBool,
+    pub request_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// A running server.
+pub struct Running {
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+    /// The address it listens on (the real port when 0 was asked for).
+    pub addr: SocketAddr,
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.connections.open()
+    }
+
+    /// The connection cap in force (the configured one, or lower under the fd limit).
+    pub fn max_connections(&self) -> usize {
+        self.shared.connections.cap()
+    }
+
+    /// Stops accepting and closes every connection that is not being answered; streams
+    /// and answers in progress go on.
+    pub fn stop_accepting(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        if let Some(acceptor) = self.acceptor.take() {
+            // Wake the blocking accept with a connection of our own.
+            let _ = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1));
+            let _ = acceptor.join();
+        }
+        self.shared.connections.close_where(&[IDLE, READING]);
+    }
+
+    /// Waits up to `grace` for the remaining connections (streams delivering their `end`
+    /// frames) to finish, then closes whatever is still open.
+    pub fn close(&mut self, grace: Duration) {
+        self.stop_accepting();
+        let until = Instant::now() + grace;
+        while self.open_connections() > 0 && Instant::now() < until {
+            thread::sleep(CLOSE_POLL);
+        }
+        self.shared
+            .connections
+            .close_where(&[IDLE, READING, BUSY, EVICTED]);
+    }
+
+    /// Stops the server: no new connections, open ones closed after a short grace.
+    pub fn stop(mut self) {
+        self.close(Duration::from_secs(1));
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.acceptor.is_some() {
+            self.close(Duration::ZERO);
+        }
+    }
+}
+
+fn wake_addr(addr: SocketAddr) -> SocketAddr {
+    let mut a = addr;
+    if a.ip().is_unspecified() {
+        a.set_ip(match a {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    a
+}
+
+/// Starts the accept loop on `listener`.
+pub fn run(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+) -> Result<Running, String> {
+    let s = Arc::clone(&shared);
+    let acceptor = thread::Builder::new()
+        .name("brain-accept".into())
+        .spawn(move || supervise(&listener, &s))
+        .map_err(|e| format!("cannot start the accept thread: {e}"))?;
+    Ok(Running {
+        shared,
+        acceptor: Some(acceptor),
+        addr,
+    })
+}
+
+/// Runs the accept loop until the server stops, restarting it should it ever panic.
+fn supervise(listener: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        match catch_unwind(AssertUnwindSafe(|| accept_loop(listener, shared))) {
+            Ok(()) => return,
+            Err(_) => log::error!("the accept loop panicked; restarting it"),
+        }
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        thread::sleep(ACCEPT_BACKOFF);
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let mut fd_warned_at: Option<Instant> = None;
+    loop {
+        let accepted = listener.accept();
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
+            Ok((stream, _)) => admit(shared, stream),
+            Err(e) if is_transient(&e) => {}
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or worse: never stop listening. Free a
+                // descriptor if an idle connection holds one, pause, and try again.
+                if fd_warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    log::warn!("accepting connections failed: {e}; retrying");
+                    fd_warned_at = Some(Instant::now());
+                }
+                shared.connections.evict();
+                thread::sleep(ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Errors about one connection (it went away before it was accepted), not the listener.
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    )
+}
+
+/// Registers a new connection and gives it its thread, or refuses it at once.
+fn admit(shared: &Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (id, slot) = match shared.connections.register(stream) {
+        Ok(registered) => registered,
+        Err(stream) => {
+            refuse(&stream, "too many connections are open; try again shortly");
+            return;
+        }
+    };
+    let s = Arc::clone(shared);
+    let conn_slot = Arc::clone(&slot);
+    let spawned = thread::Builder::new()
+        .name("brain-conn".into())
+        .stack_size(CONNECTION_STACK_BYTES)
+        .spawn(move || {
+            let served = catch_unwind(AssertUnwindSafe(|| conn::serve(&s, &conn_slot)));
+            if served.is_err() {
+                log::error!("a connection thread panicked (connection closed)");
+            }
+            let _ = conn_slot.stream.shutdown(Shutdown::Both);
+            s.connections.remove(id);
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start a connection thread: {e}");
+        shared.connections.remove(id);
+        refuse(
+            &slot.stream,
+            "the server is at its thread limit; try again shortly",
+        );
+    }
+}
+
+/// Answers 503 without waiting on the client (the write goes to the socket's buffer or
+/// not at all), then closes.
+fn refuse(stream: &TcpStream, message: &str) {
+    let _ = stream.set_nonblocking(true);
+    let answer = http::error(&ApiError::new(503, "unavailable", message));
+    let mut w: &TcpStream = stream;
+    let _ = answer.write_to(&mut w, false, false);
+    let _ = w.flush();
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Raises the soft limit on open files to the hard limit and returns the connection cap
+/// that fits under it with [`FD_RESERVE`] to spare.
+pub fn connection_cap(configured: usize) -> usize {
+    let soft = raise_fd_limit();
+    let fitting = soft.saturating_sub(FD_RESERVE).max(soft / 2).max(1);
+    let cap = (configured as u64).min(fitting) as usize;
+    if cap < configured {
+        log::warn!(
+            "the open-file limit is {soft}: serving at most {cap} connections (not \
+             {configured}); raise it with `ulimit -n`"
+        );
+    }
+    cap
+}
+
+#[cfg(unix)]
+fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            log::warn!("cannot read or raise the open-file limit: {e}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_fd_limit() -> u64 {
+    u64::MAX
+}
