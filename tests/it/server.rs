@@ -652,6 +652,11 @@ fn forty_hostile_requests_get_the_specs_codes_and_the_server_stays_healthy() {
         ),
         (
             req("GET /health HTTP/1.1\r\nHost: evil.example", ""),
+            400,
+            "bad_request",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n".to_vec(),
             403,
             "forbidden_host",
         ),
