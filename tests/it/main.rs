@@ -5,6 +5,7 @@ mod browser;
 mod cli;
 mod compaction;
 mod crash;
+mod edges;
 mod engine;
 mod ledger;
 mod listing;
