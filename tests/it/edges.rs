@@ -117,7 +117,7 @@ fn no_spelling_of_a_path_gets_past_the_token() {
             "GET" => a.get(&url).header("Authorization", "Bearer s3cret").call(),
             _ => a
                 .post(&url)
-                .header("Authorization", "bearer s3cret")
+                .header("Authorization", "Bearer s3cret")
                 .header("Content-Type", "application/json")
                 .send(body.unwrap_or(json!({})).to_string()),
         }
@@ -192,6 +192,13 @@ fn no_spelling_of_a_path_gets_past_the_token() {
         Some(1),
         "no message was sent"
     );
+    // The scheme is case-insensitive (RFC 7235).
+    let lower = agent()
+        .get(&format!("{}/v1/sessions", b.url))
+        .header("Authorization", "bearer s3cret")
+        .call()
+        .unwrap();
+    assert_eq!(lower.status().as_u16(), 200, "`bearer` is a valid scheme");
 }
 
 #[test]
@@ -321,7 +328,7 @@ fn stalled_and_idle_clients_never_stop_health_or_shutdown() {
         s.write_all(
             format!(
                 "POST /v1/sessions HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
-                 Content-Length: 100\r\n\r\n{{\"ti"
+                 Content-Length: 50000\r\n\r\n{{\"ti"
             )
             .as_bytes(),
         )
