@@ -16,3 +16,4 @@ mod server;
 mod store;
 mod support;
 mod terminal;
+mod transcript;
