@@ -244,12 +244,19 @@ async function openSession(id, push, seq) {
   renderHeader();
   const t = $('transcript');
   t.textContent = '';
-  for (const item of data.items) t.append(itemElement(item));
+  // The running attempt's checkpoints are its answer so far: one live bubble, which
+  // `/live` continues (never a cut-off copy plus a second live one).
+  let live = null;
+  for (const item of data.items) {
+    if (item.kind === 'streaming') { live = liveBubble(item); t.append(live.box); }
+    else t.append(itemElement(item));
+  }
   const target = seq && t.querySelector('[data-seq="' + seq + '"]');
   if (target) { target.scrollIntoView({ block: 'center' }); target.classList.add('found'); } else t.scrollTop = t.scrollHeight;
   setStreaming(false);
   refreshContext();
-  if (data.session.turn_active) attachLive(id);
+  // A `streaming` item with no active turn means it ended just now: `/live` still has it.
+  if (data.session.turn_active || live) attachLive(id, live);
 }
 
 function renderHeader() {
@@ -262,41 +269,73 @@ function renderHeader() {
   $('archive').textContent = s && s.archived ? 'Unarchive' : 'Archive';
 }
 
-// Follows one attempt's frames into a live element at the bottom of the transcript.
-function streamInto(frames) {
-  const t = $('transcript');
+// The bubble of an answer being streamed, at the bottom of the transcript. On load it is
+// built from the `streaming` item (the running attempt's checkpoints); `/live` then replays
+// the attempt from its first frame, so the bubble is rebuilt from the frames rather than
+// appended to, and keeps showing the checkpoint text until the replay has caught up with it.
+function liveBubble(item) {
   const box = el('div', 'msg assistant streaming');
   const reasoning = el('details', 'reasoning');
   const reasoningText = el('div');
   reasoning.append(el('summary', null, 'Reasoning'), reasoningText);
-  reasoning.hidden = true;
   let body = el('div', 'md');
   box.append(reasoning, body);
-  let text = '';
-  let pending = false;
-  const render = () => { pending = false; const next = markdown(text); box.replaceChild(next, body); body = next; t.scrollTop = t.scrollHeight; };
+  const b = { box, turn: item ? item.turn : null, attempt: item ? item.attempt : null, text: '', floor: 0, pending: false };
+  const render = () => {
+    b.pending = false;
+    if (b.text.length < b.floor) return;
+    const next = markdown(b.text);
+    box.replaceChild(next, body);
+    body = next;
+    const t = $('transcript');
+    t.scrollTop = t.scrollHeight;
+  };
+  const schedule = () => { if (!b.pending) { b.pending = true; requestAnimationFrame(render); } };
+  b.setReasoning = (r) => { reasoningText.textContent = r; reasoning.hidden = !r; };
+  b.addReasoning = (r) => b.setReasoning(reasoningText.textContent + r);
+  b.addText = (text) => { b.text += text; schedule(); };
+  // The attempt starts over from its first frame: what is shown stays until the rebuilt
+  // text is as long, so a reload never shows the answer shrink and grow back.
+  b.restart = () => { b.floor = b.text.length; b.text = ''; reasoningText.textContent = ''; };
+  b.finish = () => { b.floor = 0; schedule(); };
+  b.setReasoning(item && item.reasoning ? item.reasoning : '');
+  if (item) { box.dataset.seq = item.seq; b.text = item.text || ''; render(); }
+  return b;
+}
+
+// Follows one attempt's frames into a live bubble: `adopted` (the `streaming` item shown on
+// load) when the frames are that attempt's, else a new one at the bottom of the transcript.
+function streamInto(adopted) {
+  const t = $('transcript');
+  let bubble = null;
   return (f) => {
-    if (f.type === 'turn') { t.append(box); }
+    if (f.type === 'turn') {
+      if (adopted && adopted.turn === f.turn && adopted.attempt === f.attempt) { bubble = adopted; bubble.restart(); }
+      else { bubble = liveBubble(); t.append(bubble.box); }
+    }
     else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…' }[f.phase] || '');
-    else if (f.type === 'chunk') { text += f.text; if (!pending) { pending = true; requestAnimationFrame(render); } }
-    else if (f.type === 'reasoning') { reasoning.hidden = false; reasoningText.textContent += f.text; }
+    else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }
+    else if (f.type === 'reasoning') { if (bubble) bubble.addReasoning(f.text); }
     else if (f.type === 'error') t.append(el('div', 'notice error', f.code + ': ' + f.message));
-    else if (f.type === 'end') setStatus(f.status === 'completed' ? '' : 'The answer ' + (f.status === 'interrupted' ? 'was interrupted' : 'failed') + '.');
+    else if (f.type === 'end') {
+      if (bubble) bubble.finish();
+      setStatus(f.status === 'completed' ? '' : 'The answer ' + (f.status === 'interrupted' ? 'was interrupted' : 'failed') + '.');
+    }
   };
 }
 
-async function runStream(path, body, id) {
+async function runStream(path, body, id, adopted) {
   setStreaming(true);
   try {
     const res = await fetch(path, { method: body ? 'POST' : 'GET', headers: headers(!!body), body: body ? JSON.stringify(body) : undefined });
-    await readFrames(res, streamInto());
+    await readFrames(res, streamInto(adopted));
   } catch (e) { setStatus(e.message); }
   setStreaming(false);
   if (state.id === id) await openSession(id, false);
   loadSessions(true);
 }
 
-function attachLive(id) { runStream('/v1/sessions/' + id + '/live', null, id); }
+function attachLive(id, adopted) { runStream('/v1/sessions/' + id + '/live', null, id, adopted); }
 
 async function send(event) {
   if (event) event.preventDefault();

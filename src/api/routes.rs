@@ -285,7 +285,11 @@ fn transcript(
     let session = store.session(id)?;
     let before = number(params, "before_seq", MAX_SEQ, 1, MAX_SEQ)?;
     let limit = number(params, "limit", 500, 1, 1000)? as usize;
-    let items = ui_transcript(&store.events(id, 0, None)?);
+    // The running attempt is read before the events: if it ends in between, the events
+    // hold its end, and at worst an attempt that has just ended shows as streaming (`/live`
+    // still has its end). The other order could show a running answer as interrupted.
+    let active = api.engine.active_attempt(id);
+    let items = ui_transcript(&store.events(id, 0, None)?, active);
     let older: Vec<_> = items.into_iter().filter(|i| i.seq < before).collect();
     let start = older.len().saturating_sub(limit);
     let page = &older[start..];

@@ -275,6 +275,15 @@ impl Engine {
             .is_some_and(|t| !t.is_done())
     }
 
+    /// The session's running attempt as (turn, attempt), if one is running: the transcript
+    /// shows its checkpoints as the answer so far, not as a cut-off one.
+    pub fn active_attempt(&self, id: SessionId) -> Option<(u64, u32)> {
+        lock(&self.inner.turns)
+            .get(&id)
+            .filter(|t| !t.is_done())
+            .map(|t| (t.turn, t.attempt))
+    }
+
     fn accepting(&self) -> Result<(), EngineError> {
         if self.inner.accepting.load(Ordering::SeqCst) {
             Ok(())

@@ -165,7 +165,10 @@ impl Backend for Local {
     }
 
     fn history(&self, id: SessionId) -> Result<Vec<Value>, CliError> {
-        let items = ui_transcript(&self.store.events(id, 0, None)?);
+        let items = ui_transcript(
+            &self.store.events(id, 0, None)?,
+            self.engine.active_attempt(id),
+        );
         let start = items.len().saturating_sub(RESUME_ITEMS);
         Ok(items[start..]
             .iter()
@@ -329,6 +332,7 @@ fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
         "user" => writeln!(out, "you: {text}")?,
         "assistant" => writeln!(out, "assistant: {text}")?,
         "interrupted" => writeln!(out, "assistant (interrupted): {text}")?,
+        "streaming" => writeln!(out, "assistant (still answering): {text}")?,
         "error" => writeln!(out, "[failed: {}]", item["code"].as_str().unwrap_or("?"))?,
         "compaction" => writeln!(
             out,

@@ -169,7 +169,7 @@ fn show_transcript(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let session = store.session(id)?;
-    let items = ui_transcript(&store.events(id, 0, None)?);
+    let items = ui_transcript(&store.events(id, 0, None)?, None);
     if as_json {
         let items = serde_json::to_value(&items).unwrap_or(Value::Null);
         writeln!(
@@ -218,6 +218,15 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             ..
         } => (
             format!("interrupted (turn {turn}, attempt {attempt}): the answer was cut off here"),
+            Some(text),
+        ),
+        ItemBody::Streaming {
+            turn,
+            attempt,
+            text,
+            ..
+        } => (
+            format!("answering (turn {turn}, attempt {attempt}): the answer so far"),
             Some(text),
         ),
         ItemBody::Error {

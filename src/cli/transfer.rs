@@ -81,7 +81,7 @@ pub fn export_markdown(store: &Store, which: &Which, out: &mut dyn Write) -> Res
             "_Session {id}, created {}, updated {}._\n",
             s.created_at, s.updated_at
         )?;
-        for item in ui_transcript(&store.events(id, 0, None)?) {
+        for item in ui_transcript(&store.events(id, 0, None)?, None) {
             let at = &item.created_at;
             let quote = |t: &str| {
                 t.lines()
@@ -97,6 +97,10 @@ pub fn export_markdown(store: &Store, which: &Which, out: &mut dyn Write) -> Res
                 ItemBody::Interrupted { text, .. } => writeln!(
                     out,
                     "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
+                )?,
+                ItemBody::Streaming { text, .. } => writeln!(
+                    out,
+                    "**Assistant, still answering** · {at}\n\n{text}\n\n_(the answer so far)_\n"
                 )?,
                 ItemBody::Error { code, message, .. } => {
                     writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?

@@ -139,16 +139,51 @@ test('hostile message text renders as text: no element, no script, no dialog', a
   await p.context().close();
 });
 
-test('a reload during a slow turn re-attaches and shows it finish', async () => {
+test('a reload mid-answer shows the answer once, continues it live, and it completes', async () => {
   const p = await page();
+  // Every change of the page is checked: at no moment two answer bubbles, a cut-off mark,
+  // or an item the page cannot show.
+  await p.addInitScript(() => {
+    window.seen = { answers: 0, interrupted: false, unreadable: false };
+    new MutationObserver(() => {
+      const t = document.getElementById('transcript');
+      if (!t) return;
+      window.seen.answers = Math.max(window.seen.answers, t.querySelectorAll('.msg.assistant').length);
+      window.seen.interrupted ||= !!t.querySelector('.msg.interrupted') || /cut off/.test(t.textContent);
+      window.seen.unreadable ||= !!t.querySelector('.unreadable');
+    }).observe(document, { childList: true, subtree: true, characterData: true });
+  });
   await p.goto(base + '/');
-  const words = Array.from({ length: 24 }, (_, i) => 'slow' + i).join(' ');
+  // ~9 s of answer; its first checkpoint is written after 2 s.
+  const words = Array.from({ length: 60 }, (_, i) => 'slow' + i).join(' ');
   await mock({ kind: 'stream', text: words, delay_ms: 150 });
   await ask(p, 'take your time');
   await p.waitForSelector('.msg.assistant.streaming >> text=slow2', { timeout: 15000 });
+  const id = new URL(p.url()).pathname.split('/').pop();
+  // Reload once the running attempt has a checkpoint (about 2-3 s in), as a reader would.
+  for (const until = Date.now() + 15000; ;) {
+    const { events } = await (await fetch(base + '/v1/sessions/' + id + '/events')).json();
+    if (events.some((e) => e.kind === 'pending_state')) break;
+    assert.ok(Date.now() < until, 'no checkpoint was written');
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  const { items } = await (await fetch(base + '/v1/sessions/' + id)).json();
+  assert.deepEqual(items.map((i) => i.kind), ['user', 'streaming'], 'the API shows the running answer as streaming');
   await p.reload();
-  await p.waitForSelector('.msg.assistant >> text=slow23', { timeout: 20000 });
+  await p.waitForSelector('.msg.assistant.streaming >> text=slow0');
+  // Continued live: the same bubble grows past what the checkpoint held.
+  const last = items[1].text.trim().split(' ').pop();
+  const next = 'slow' + (Number(last.slice(4)) + 3);
+  await p.waitForSelector('.msg.assistant.streaming >> text=' + next, { timeout: 15000 });
+  assert.equal(await p.locator('.msg.assistant').count(), 1, 'one answer bubble while it streams');
+  await p.waitForSelector('.msg.assistant:not(.streaming) >> text=slow59', { timeout: 20000 });
   await p.waitForFunction(() => document.querySelector('#stop').hidden);
+  const answers = p.locator('.msg.assistant');
+  assert.equal(await answers.count(), 1, 'one answer bubble when it completes');
+  assert.equal((await answers.locator('.md').innerText()).trim(), words, 'the whole text, once');
+  const seen = await p.evaluate(() => window.seen);
+  assert.deepEqual(seen, { answers: 1, interrupted: false, unreadable: false }, 'never a second copy, a cut-off mark or an unknown item');
+  assert.deepEqual(p.errors || [], []);
   await p.context().close();
 });
 

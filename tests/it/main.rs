@@ -17,3 +17,4 @@ mod server;
 mod store;
 mod support;
 mod terminal;
+mod transcript;

@@ -230,7 +230,7 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
             copy.events(id, 0, None).unwrap(),
         );
         assert_eq!(a, b, "every event byte for byte");
-        assert_eq!(ui_transcript(&a), ui_transcript(&b));
+        assert_eq!(ui_transcript(&a, None), ui_transcript(&b, None));
         assert_eq!(
             llm_context(&store.events_for_context(id).unwrap()),
             llm_context(&copy.events_for_context(id).unwrap())

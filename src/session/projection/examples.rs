@@ -15,20 +15,29 @@ fn interrupted(text: &str) -> String {
     format!("{text}\n{INTERRUPTED_NOTE}")
 }
 
-fn ui_kinds(events: &[Event]) -> Vec<&'static str> {
-    ui_transcript(events)
+fn kind_of(body: &ItemBody) -> &'static str {
+    match body {
+        ItemBody::User { .. } => "user",
+        ItemBody::Assistant { .. } => "assistant",
+        ItemBody::Interrupted { .. } => "interrupted",
+        ItemBody::Streaming { .. } => "streaming",
+        ItemBody::Error { .. } => "error",
+        ItemBody::Compaction { .. } => "compaction",
+        ItemBody::Title { .. } => "title",
+        ItemBody::Tool(_) => "tool",
+        ItemBody::Unreadable { .. } => "unreadable",
+    }
+}
+
+fn ui_kinds_while(events: &[Event], active: Option<(u64, u32)>) -> Vec<&'static str> {
+    ui_transcript(events, active)
         .iter()
-        .map(|i| match i.body {
-            ItemBody::User { .. } => "user",
-            ItemBody::Assistant { .. } => "assistant",
-            ItemBody::Interrupted { .. } => "interrupted",
-            ItemBody::Error { .. } => "error",
-            ItemBody::Compaction { .. } => "compaction",
-            ItemBody::Title { .. } => "title",
-            ItemBody::Tool(_) => "tool",
-            ItemBody::Unreadable { .. } => "unreadable",
-        })
+        .map(|i| kind_of(&i.body))
         .collect()
+}
+
+fn ui_kinds(events: &[Event]) -> Vec<&'static str> {
+    ui_kinds_while(events, None)
 }
 
 #[test]
@@ -128,7 +137,7 @@ fn a_trailing_partial_ends_with_the_interrupted_note_and_checkpoints_concatenate
         (ctx.messages[1].first_seq, ctx.messages[1].last_seq),
         (c1, c2)
     );
-    let items = ui_transcript(&log.events);
+    let items = ui_transcript(&log.events, None);
     let ItemBody::Interrupted { text, attempt, .. } = &items[1].body else {
         panic!("{items:?}")
     };
@@ -181,7 +190,7 @@ fn a_regenerated_answer_replaces_the_earlier_one_for_the_model_only() {
         msgs(&log.context()),
         vec![(Role::User, "q"), (Role::Assistant, "second answer")]
     );
-    let items = ui_transcript(&log.events);
+    let items = ui_transcript(&log.events, None);
     let attempts: Vec<u32> = items
         .iter()
         .filter_map(|i| match &i.body {
@@ -385,7 +394,7 @@ fn reasoning_is_never_sent() {
         .map(|m| m.content.clone())
         .collect();
     assert!(!all.contains("thinking"));
-    let items = ui_transcript(&log.events);
+    let items = ui_transcript(&log.events, None);
     assert!(
         matches!(&items[1].body, ItemBody::Assistant { reasoning: Some(r), .. } if r == "thinking about a")
     );
@@ -403,7 +412,7 @@ fn a_bad_payload_is_skipped_by_the_model_and_shown_as_unreadable() {
         msgs(&log.context()),
         vec![(Role::User, "q"), (Role::Assistant, "a")]
     );
-    let items = ui_transcript(&log.events);
+    let items = ui_transcript(&log.events, None);
     let unreadable: Vec<&str> = items
         .iter()
         .filter_map(|i| match &i.body {
@@ -444,7 +453,7 @@ fn the_ui_shows_every_kind_in_order() {
             "unreadable"
         ]
     );
-    let json = serde_json::to_value(ui_transcript(&log.events)).unwrap();
+    let json = serde_json::to_value(ui_transcript(&log.events, None)).unwrap();
     assert_eq!(json[2]["kind"], "interrupted");
     assert_eq!(json[2]["text"], "part");
     assert_eq!(json[6]["summary"], "sum");
@@ -468,4 +477,67 @@ fn the_tail_the_store_reads_projects_like_the_whole_log() {
         .cloned()
         .collect();
     assert_eq!(llm_context(&tail), log.context());
+}
+
+#[test]
+fn the_running_attempts_checkpoints_are_one_streaming_item() {
+    let mut log = Log::new("s");
+    let u1 = log.user("q1");
+    log.checkpoint(u1, 1, "cut ");
+    log.checkpoint(u1, 1, "short");
+    let u2 = log.user("q2");
+    log.checkpoint(u2, 1, "so ");
+    log.push(Payload::PendingState(PendingState {
+        turn: u2,
+        attempt: 1,
+        text: "far".into(),
+        reasoning: Some("thinking".into()),
+    }));
+    // Without the engine's word, the log cannot tell running from cut off.
+    assert_eq!(
+        ui_kinds(&log.events),
+        vec!["user", "interrupted", "user", "interrupted"]
+    );
+    let running = Some((u2, 1));
+    assert_eq!(
+        ui_kinds_while(&log.events, running),
+        vec!["user", "interrupted", "user", "streaming"],
+        "only the running attempt streams; an earlier cut-off answer stays interrupted"
+    );
+    let json = serde_json::to_value(ui_transcript(&log.events, running)).unwrap();
+    assert_eq!(json[3]["kind"], "streaming");
+    assert_eq!(json[3]["seq"], u2 + 1, "at its first checkpoint");
+    assert_eq!(
+        (json[3]["turn"].as_u64(), json[3]["attempt"].as_u64()),
+        (Some(u2), Some(1))
+    );
+    assert_eq!(json[3]["text"], "so far");
+    assert_eq!(json[3]["reasoning"], "thinking");
+    assert_eq!(json[1]["text"], "cut short");
+}
+
+#[test]
+fn a_running_retry_streams_while_the_earlier_attempt_stays_interrupted() {
+    let mut log = Log::new("s");
+    let u1 = log.user("q1");
+    log.checkpoint(u1, 1, "first try");
+    log.checkpoint(u1, 2, "second try");
+    assert_eq!(
+        ui_kinds_while(&log.events, Some((u1, 2))),
+        vec!["user", "interrupted", "streaming"]
+    );
+    // The engine may still call an attempt running for the moment its answer is written:
+    // the answer wins, and its checkpoints stay hidden.
+    log.answer(u1, 2, "second try, whole");
+    assert_eq!(
+        ui_kinds_while(&log.events, Some((u1, 2))),
+        vec!["user", "interrupted", "assistant"]
+    );
+}
+
+#[test]
+fn a_running_attempt_without_a_checkpoint_yet_shows_nothing() {
+    let mut log = Log::new("s");
+    let u1 = log.user("q1");
+    assert_eq!(ui_kinds_while(&log.events, Some((u1, 1))), vec!["user"]);
 }

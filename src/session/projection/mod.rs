@@ -291,6 +291,14 @@ pub enum ItemBody {
         text: String,
         reasoning: Option<String>,
     },
+    /// The checkpoints of the attempt that is still running: a reader shows them as the
+    /// answer so far and follows the rest through `/live`, not as a cut-off answer.
+    Streaming {
+        turn: u64,
+        attempt: u32,
+        text: String,
+        reasoning: Option<String>,
+    },
     Error {
         turn: u64,
         attempt: u32,
@@ -317,27 +325,36 @@ pub enum ItemBody {
     },
 }
 
-/// Everything a person should see, in seq order, compacted events included.
-pub fn ui_transcript(events: &[Event]) -> Vec<Item> {
+/// Everything a person should see, in seq order, compacted events included. `active` is
+/// the attempt still running, as (turn, attempt), if the caller knows of one: its
+/// checkpoints are one `streaming` item instead of an `interrupted` one. The log alone
+/// cannot tell a running attempt from one whose process died, so a reader without the
+/// server's engine passes `None` and sees it as interrupted.
+pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> {
     let decoded: Vec<(&Event, Decoded)> = events.iter().map(|e| (e, e.decode())).collect();
-    let completed: HashSet<(u64, u32)> = decoded
-        .iter()
-        .filter_map(|(_, d)| match d {
-            Decoded::Known(Payload::AssistantTurn(a)) => Some((a.turn, a.attempt)),
-            _ => None,
-        })
-        .collect();
-    let mut partials: HashMap<(u64, u32), Vec<&PendingState>> = HashMap::new();
+    let mut attempts = Attempts {
+        active,
+        ..Attempts::default()
+    };
     for (_, d) in &decoded {
-        if let Decoded::Known(Payload::PendingState(c)) = d {
-            partials.entry((c.turn, c.attempt)).or_default().push(c);
+        match d {
+            Decoded::Known(Payload::AssistantTurn(a)) => {
+                attempts.completed.insert((a.turn, a.attempt));
+            }
+            Decoded::Known(Payload::PendingState(c)) => {
+                attempts
+                    .partials
+                    .entry((c.turn, c.attempt))
+                    .or_default()
+                    .push(c);
+            }
+            _ => {}
         }
     }
-    let mut shown: HashSet<(u64, u32)> = HashSet::new();
     let mut items = Vec::new();
     for (e, d) in &decoded {
         let body = match d {
-            Decoded::Known(p) => match known_item(p, &completed, &partials, &mut shown) {
+            Decoded::Known(p) => match known_item(p, &mut attempts) {
                 Some(b) => b,
                 None => continue,
             },
@@ -354,12 +371,19 @@ pub fn ui_transcript(events: &[Event]) -> Vec<Item> {
     items
 }
 
-fn known_item(
-    p: &Payload,
-    completed: &HashSet<(u64, u32)>,
-    partials: &HashMap<(u64, u32), Vec<&PendingState>>,
-    shown: &mut HashSet<(u64, u32)>,
-) -> Option<ItemBody> {
+/// What the transcript knows about attempts while it walks the log.
+#[derive(Default)]
+struct Attempts<'a> {
+    /// The attempt still running, if any.
+    active: Option<(u64, u32)>,
+    completed: HashSet<(u64, u32)>,
+    /// (turn, attempt) → its checkpoints, in seq order.
+    partials: HashMap<(u64, u32), Vec<&'a PendingState>>,
+    /// Attempts whose partial already has its item.
+    shown: HashSet<(u64, u32)>,
+}
+
+fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
     Some(match p {
         Payload::UserMessage(m) => ItemBody::User {
             text: m.text.clone(),
@@ -367,18 +391,34 @@ fn known_item(
         Payload::AssistantTurn(a) => assistant_item(a),
         Payload::PendingState(c) => {
             let key = (c.turn, c.attempt);
-            // A completed attempt's checkpoints are its answer's; an interrupted attempt is
-            // one item, at its first checkpoint.
-            if completed.contains(&key) || !shown.insert(key) {
+            // A completed attempt's checkpoints are its answer's; an interrupted or running
+            // attempt is one item, at its first checkpoint.
+            if attempts.completed.contains(&key) || !attempts.shown.insert(key) {
                 return None;
             }
-            let cps = partials.get(&key).map(Vec::as_slice).unwrap_or_default();
+            let cps = attempts
+                .partials
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let text: String = cps.iter().map(|c| c.text.as_str()).collect();
             let reasoning: String = cps.iter().filter_map(|c| c.reasoning.as_deref()).collect();
-            ItemBody::Interrupted {
-                turn: c.turn,
-                attempt: c.attempt,
-                text: cps.iter().map(|c| c.text.as_str()).collect(),
-                reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            let reasoning = (!reasoning.is_empty()).then_some(reasoning);
+            let (turn, attempt) = key;
+            if attempts.active == Some(key) {
+                ItemBody::Streaming {
+                    turn,
+                    attempt,
+                    text,
+                    reasoning,
+                }
+            } else {
+                ItemBody::Interrupted {
+                    turn,
+                    attempt,
+                    text,
+                    reasoning,
+                }
             }
         }
         Payload::TurnFailed(f) => failed_item(f),

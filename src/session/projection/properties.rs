@@ -165,6 +165,29 @@ impl Sim {
         }
     }
 
+    /// Leaves one attempt running at the end of the log, as the engine would: a retry of
+    /// the newest turn or a new turn, with `checkpoints` written so far and no end.
+    /// Returns it as (turn, attempt).
+    fn running(&mut self, log: &mut Log, retry: bool, checkpoints: u8) -> (u64, u32) {
+        let turn = match self.turns.last() {
+            Some(&t) if retry && t > self.boundary => t,
+            _ => {
+                let t = log.user("a question being answered");
+                self.turns.push(t);
+                t
+            }
+        };
+        let attempt = {
+            let n = self.attempts.entry(turn).or_insert(0);
+            *n += 1;
+            *n
+        };
+        for c in 0..checkpoints {
+            log.checkpoint(turn, attempt, &format!("live{c} "));
+        }
+        (turn, attempt)
+    }
+
     /// Compacts through the end of an assistant message in the first half of the current
     /// context, as the planner would (never ending on an unanswered user message).
     fn compact(&mut self, log: &mut Log, pick: usize) {
@@ -242,11 +265,16 @@ proptest! {
     }
 
     /// I6: the transcript holds every user message, answer, partial (one per interrupted
-    /// attempt), failure, compaction, title and tool trace, and every unreadable event.
+    /// attempt, and one `streaming` item for the running attempt), failure, compaction,
+    /// title and tool trace, and every unreadable event.
     #[test]
-    fn the_transcript_hides_nothing(actions in proptest::collection::vec(action(), 1..40)) {
-        let (log, _) = Sim::run(&actions);
-        let items = ui_transcript(&log.events);
+    fn the_transcript_hides_nothing(
+        actions in proptest::collection::vec(action(), 1..40),
+        running in proptest::option::of((any::<bool>(), 0u8..4)),
+    ) {
+        let (mut log, mut sim) = Sim::run(&actions);
+        let active = running.map(|(retry, cps)| sim.running(&mut log, retry, cps));
+        let items = ui_transcript(&log.events, active);
         let count = |k: &str| log.events.iter().filter(|e| e.kind == k && matches!(e.decode(), Decoded::Known(_))).count();
         let shown = |f: fn(&ItemBody) -> bool| items.iter().filter(|i| f(&i.body)).count();
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::User { .. })), count(kind::USER_MESSAGE));
@@ -266,9 +294,39 @@ proptest! {
                 _ => {}
             }
         }
-        let partials = interrupted.difference(&completed).count();
-        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Interrupted { .. })), partials);
+        let partials: HashSet<(u64, u32)> = interrupted.difference(&completed).copied().collect();
+        let streams = active.filter(|a| partials.contains(a)).into_iter().count();
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Interrupted { .. })), partials.len() - streams);
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Streaming { .. })), streams);
         prop_assert!(items.windows(2).all(|w| w[0].seq < w[1].seq));
+    }
+
+    /// Knowing which attempt runs changes only that attempt's item, from `interrupted` to
+    /// `streaming` with the same fields, at the same place.
+    #[test]
+    fn the_running_attempt_only_changes_its_own_items_kind(
+        actions in proptest::collection::vec(action(), 0..40),
+        retry in any::<bool>(),
+        checkpoints in 0u8..4,
+    ) {
+        let (mut log, mut sim) = Sim::run(&actions);
+        let active = sim.running(&mut log, retry, checkpoints);
+        let offline = ui_transcript(&log.events, None);
+        let live = ui_transcript(&log.events, Some(active));
+        prop_assert_eq!(offline.len(), live.len());
+        for (o, l) in offline.iter().zip(&live) {
+            prop_assert_eq!((o.seq, &o.created_at), (l.seq, &l.created_at));
+            match (&o.body, &l.body) {
+                (
+                    ItemBody::Interrupted { turn, attempt, text, reasoning },
+                    ItemBody::Streaming { turn: t, attempt: a, text: x, reasoning: r },
+                ) => {
+                    prop_assert_eq!((*turn, *attempt), active);
+                    prop_assert_eq!((turn, attempt, text, reasoning), (t, a, x, r));
+                }
+                (o, l) => prop_assert_eq!(o, l),
+            }
+        }
     }
 
     /// What the store reads (`session_started` and the events after the newest
@@ -311,7 +369,10 @@ proptest! {
         }).collect();
         let ctx = llm_context(&events);
         prop_assert!(alternates(&ctx));
-        let _ = ui_transcript(&events);
+        let _ = ui_transcript(&events, None);
+        for e in &events {
+            let _ = ui_transcript(&events, Some((e.seq, 1)));
+        }
         for e in &events {
             let _ = llm_request(&events, e.seq);
         }

@@ -1,0 +1,158 @@
+//! `GET /v1/sessions/{id}` of a real server while an answer streams (SPEC §4): the running
+//! attempt's checkpoints are one `streaming` item, and the same attempt is an `assistant`
+//! item once it completes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// `brain serve` on a free port; SIGKILLed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(db: &TempDb, provider: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+            .arg("--db")
+            .arg(db.path())
+            .args(["--sync", "normal", "serve", "--listen", "127.0.0.1:0"])
+            .args(["--distill", "off", "--provider-url", provider])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start brain serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let url = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Server { child, url }
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .new_agent()
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let body = Server::agent()
+            .get(&format!("{}{path}", self.url))
+            .call()
+            .expect("GET")
+            .into_body()
+            .read_to_string()
+            .expect("body");
+        serde_json::from_str(&body).expect("json")
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        let body = Server::agent()
+            .post(&format!("{}{path}", self.url))
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
+            .expect("POST")
+            .into_body()
+            .read_to_string()
+            .expect("body");
+        serde_json::from_str(&body).unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kinds(transcript: &Value) -> Vec<String> {
+    transcript["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let server = Server::start(&db, &mock.url);
+    let id = server.post("/v1/sessions", json!({}))["id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+    // 100 words over ~10 s: the first checkpoint comes after 2 s, leaving ample time to
+    // read the transcript while the answer still streams.
+    let words: String = (0..100).map(|i| format!("word{i} ")).collect();
+    mock.script(json!({"kind": "stream", "text": words, "delay_ms": 100}));
+    let url = format!("{}/v1/sessions/{id}/messages", server.url);
+    let client = std::thread::spawn(move || {
+        Server::agent()
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(json!({"message": "write a lot"}).to_string())
+            .and_then(|r| r.into_body().read_to_string())
+    });
+
+    let until = Instant::now() + Duration::from_secs(30);
+    let first_checkpoint = loop {
+        let events = server.get(&format!("/v1/sessions/{id}/events"));
+        let seq = events["events"]
+            .as_array()
+            .and_then(|es| es.iter().find(|e| e["kind"] == "pending_state"))
+            .map(|e| e["seq"].clone());
+        if let Some(seq) = seq {
+            break seq;
+        }
+        assert!(Instant::now() < until, "no checkpoint was written");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    let during = server.get(&format!("/v1/sessions/{id}"));
+    assert_eq!(
+        during["session"]["turn_active"], true,
+        "the answer still streams"
+    );
+    assert_eq!(kinds(&during), ["user", "streaming"], "{during:#}");
+    let streaming = &during["items"][1];
+    assert_eq!(
+        streaming["seq"], first_checkpoint,
+        "at its first checkpoint"
+    );
+    assert_eq!(
+        (&streaming["turn"], &streaming["attempt"]),
+        (&json!(2), &json!(1))
+    );
+    let so_far = streaming["text"].as_str().expect("text");
+    assert!(
+        !so_far.is_empty() && words.starts_with(so_far),
+        "{so_far:?}"
+    );
+
+    let body = client.join().expect("client").expect("stream");
+    assert!(body.contains(r#""status":"completed""#), "{body}");
+    let after = server.get(&format!("/v1/sessions/{id}"));
+    assert_eq!(after["session"]["turn_active"], false);
+    assert_eq!(kinds(&after), ["user", "assistant"], "{after:#}");
+    let answer = &after["items"][1];
+    assert_eq!(
+        (&answer["turn"], &answer["attempt"]),
+        (&json!(2), &json!(1))
+    );
+    assert_eq!(answer["text"], words);
+}
