@@ -346,6 +346,32 @@ fn stalled_and_idle_clients_never_stop_health_or_shutdown() {
     let (status, _) = call(&b, "GET", "/v1/sessions", None);
     assert_eq!(status, 200, "the API answers too");
 
+    // An answer streaming when SIGTERM comes: it still ends with its record and its `end`
+    // frame, whatever the stalled clients do (attempts end before connections close).
+    let id = new_session(&b);
+    mock.script(slow_big(200, 100));
+    let body = json!({"message": "a long answer, please"}).to_string();
+    let mut streaming = TcpStream::connect(&b.addr).unwrap();
+    streaming
+        .write_all(
+            format!(
+                "POST /v1/sessions/{id}/messages HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    streaming
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("\"type\":\"chunk\"") {
+        let mut chunk = [0u8; 4096];
+        let n = streaming.read(&mut chunk).unwrap();
+        assert!(n > 0, "the stream ended before its first chunk");
+        seen.extend_from_slice(&chunk[..n]);
+    }
     let started = Instant::now();
     b.signal("-TERM");
     let mut b = b;
@@ -361,6 +387,18 @@ fn stalled_and_idle_clients_never_stop_health_or_shutdown() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?} after {:?}", started.elapsed());
+    let _ = streaming.read_to_end(&mut seen);
+    let text = String::from_utf8_lossy(&seen);
+    let end = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|f| f["type"] == "end");
+    assert_eq!(
+        end.map(|e| e["status"].clone()),
+        Some(json!("interrupted")),
+        "the stream got its end frame"
+    );
     drop(held);
 }
 
