@@ -454,7 +454,14 @@ fn slow_clients_get_408_and_idle_keep_alive_connections_close() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
 
+#[test]
+fn idle_keep_alive_connections_do_not_delay_a_fresh_client_and_are_closed() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let b = Brain::start(&db, &mock.url, &[]);
+    let host = format!("Host: {}\r\n", b.addr);
     // Sixteen idle keep-alive connections: a fresh client is served at once, and the idle
     // ones are closed after the keep-alive idle timeout.
     let mut idle = Vec::new();
