@@ -202,13 +202,16 @@ fn one_request(
     match routes::handle(api, &req) {
         Reply::Answer(a) => respond(shared, slot, &req.head, a, true, head_only),
         Reply::Stream(id, sub) => {
-            if !head_only {
-                let _ = slot.stream.set_write_timeout(Some(SSE_WRITE_TIMEOUT));
-                let mut w: &TcpStream = &slot.stream;
-                let chunked = req.head.minor_version >= 1;
-                if let Err(e) = http::stream(&mut w, &id.to_string(), sub, chunked) {
-                    log::debug!("a stream of {id} ended early: {e}");
-                }
+            let _ = slot.stream.set_write_timeout(Some(SSE_WRITE_TIMEOUT));
+            let mut w: &TcpStream = &slot.stream;
+            let chunked = req.head.minor_version >= 1;
+            let streamed = if head_only {
+                http::stream_head(&mut w, &id.to_string(), chunked)
+            } else {
+                http::stream(&mut w, &id.to_string(), sub, chunked)
+            };
+            if let Err(e) = streamed {
+                log::debug!("a stream of {id} ended early: {e}");
             }
             Ok(false)
         }

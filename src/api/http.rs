@@ -191,18 +191,7 @@ pub fn stream(
     mut sub: Subscription,
     chunked: bool,
 ) -> io::Result<()> {
-    let framing = if chunked {
-        "Transfer-Encoding: chunked\r\n"
-    } else {
-        ""
-    };
-    let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
-         X-Content-Type-Options: nosniff\r\nX-Session-Id: {session_id}\r\n\
-         {framing}Connection: close\r\n\r\n"
-    );
-    w.write_all(head.as_bytes())?;
-    w.flush()?;
+    stream_head(w, session_id, chunked)?;
     loop {
         let piece = match sub.next_frame(SSE_PING_INTERVAL) {
             Next::Frame(f) => match serde_json::to_string(&f) {
@@ -224,6 +213,22 @@ pub fn stream(
         }
         w.flush()?;
     }
+}
+
+/// The head of an SSE stream (all a HEAD request gets).
+pub fn stream_head(w: &mut dyn Write, session_id: &str, chunked: bool) -> io::Result<()> {
+    let framing = if chunked {
+        "Transfer-Encoding: chunked\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+         X-Content-Type-Options: nosniff\r\nX-Session-Id: {session_id}\r\n\
+         {framing}Connection: close\r\n\r\n"
+    );
+    w.write_all(head.as_bytes())?;
+    w.flush()
 }
 
 #[cfg(test)]
