@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::engine::{Inner, summarizer};
+use super::engine::Inner;
+use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError};
 use crate::session::SessionId;
 use crate::session::compactor::{Budget, CompactionError, PassOutcome};

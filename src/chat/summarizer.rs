@@ -1,5 +1,6 @@
 //! A provider model as compaction's [`Summarizer`].
 
+use super::engine::Inner;
 use crate::provider::{ChatRequest, ChatRole, Provider};
 use crate::session::compactor::run::{SUMMARY_TIMEOUT, SummaryOutput};
 use crate::session::compactor::{Summarizer, SummaryInput};
@@ -40,5 +41,29 @@ impl Summarizer for ProviderSummarizer<'_> {
                 usage: c.usage,
             })
             .map_err(|e| (e.code().to_owned(), e.to_string()))
+    }
+}
+
+/// The summarize model as compaction's summarizer; its window is the chat window when it
+/// is the chat model.
+pub(super) fn summarizer<'a>(
+    inner: &'a Inner,
+    chat_model: &str,
+    chat_window: u64,
+) -> ProviderSummarizer<'a> {
+    let model = inner
+        .settings
+        .summarize_model
+        .clone()
+        .unwrap_or_else(|| chat_model.to_owned());
+    let window = if model == chat_model {
+        chat_window
+    } else {
+        inner.provider.window(&model, None).tokens
+    };
+    ProviderSummarizer {
+        provider: &inner.provider,
+        model,
+        window,
     }
 }

@@ -1,0 +1,245 @@
+//! One attempt of a turn (SPEC §6): prepare the request (pick the model, compact before
+//! sending if it must), stream it while relaying frames and checkpointing new text, then
+//! end it per the table ([`super::end`]) and hand it to the post-turn work.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::end::end_attempt;
+use super::engine::{Inner, STOP_POLL};
+use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
+use super::summarizer::summarizer;
+use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent};
+use crate::session::StoreError;
+use crate::session::compactor::{Budget, CompactionError};
+use crate::session::events::{Payload, PendingState, Usage};
+use crate::session::projection::{Role, llm_request};
+
+/// What the stream produced, kept for the checkpoints and the ending.
+#[derive(Default)]
+pub(super) struct Streamed {
+    pub text: String,
+    pub reasoning: String,
+    pub saved_text: usize,
+    pub saved_reasoning: usize,
+    pub last_checkpoint_seq: Option<u64>,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+}
+
+/// Why the stream stopped.
+pub(super) enum Stopped {
+    Completed,
+    Error(ProviderError),
+    ByUser,
+    Shutdown,
+    Overflow(String),
+    Store(StoreError),
+}
+
+/// The model serving this attempt and its budget.
+struct Serving {
+    model: String,
+    budget: Budget,
+}
+
+pub(super) fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
+    turn.push(Frame::Turn {
+        session_id: turn.session_id.to_string(),
+        turn: turn.turn,
+        attempt: turn.attempt,
+    });
+    let started = Instant::now();
+    let mut out = Streamed::default();
+    let (serving, stopped) = match prepare(inner, turn, model) {
+        Ok((serving, request)) => {
+            let stopped = stream(inner, turn, &request, &mut out);
+            (Some(serving), stopped)
+        }
+        Err(stopped) => (None, stopped),
+    };
+    let model = serving
+        .as_ref()
+        .map(|s| s.model.clone())
+        .unwrap_or_default();
+    let end = end_attempt(inner, turn, &model, &out, stopped, started.elapsed());
+    let completed = matches!(
+        &end,
+        Frame::End {
+            status: EndStatus::Completed,
+            ..
+        }
+    );
+    turn.finish(end);
+    if let Some(s) = serving {
+        super::post_turn::spawn(
+            inner,
+            turn.session_id,
+            turn.turn,
+            turn.attempt,
+            completed,
+            s.model,
+            s.budget,
+        );
+    }
+}
+
+/// Picks the model, compacts before sending (I4), and builds the request.
+fn prepare(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    model: Option<String>,
+) -> Result<(Serving, ChatRequest), Stopped> {
+    let s = &inner.settings;
+    let configured = model.or_else(|| s.chat_model.clone());
+    let model = inner
+        .provider
+        .resolve_model(configured.as_deref())
+        .map_err(Stopped::Error)?;
+    let is_chat_model = s.chat_model.as_deref().is_none_or(|m| m == model);
+    let window = inner
+        .provider
+        .window(&model, s.context_window.filter(|_| is_chat_model));
+    let budget = Budget {
+        window: window.tokens,
+        compact_at: s.compact_at,
+        output_reserve: s.max_output_tokens.map_or(0, u64::from),
+    };
+    let (_, tokens) = inner
+        .compactor
+        .estimate(turn.session_id)
+        .map_err(compaction_stop)?;
+    if budget.over_trigger(tokens) {
+        turn.push(Frame::Status {
+            phase: Phase::Compacting,
+        });
+        let summarizer = summarizer(inner, &model, budget.window);
+        inner
+            .compactor
+            .pre_send(turn.session_id, budget, &summarizer)
+            .map_err(compaction_stop)?;
+    }
+    let events = inner
+        .store
+        .events_for_context(turn.session_id)
+        .map_err(Stopped::Store)?;
+    let ctx = llm_request(&events, turn.turn);
+    let estimate = inner.estimator.context(&ctx).total;
+    if budget.over_limit(estimate) {
+        return Err(Stopped::Overflow(format!(
+            "the request is {estimate} tokens; the model's window allows {}",
+            budget.limit_tokens()
+        )));
+    }
+    let request = ChatRequest {
+        model: model.clone(),
+        system: ctx.system,
+        messages: ctx
+            .messages
+            .into_iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::User => ChatRole::User,
+                    Role::Assistant => ChatRole::Assistant,
+                };
+                (role, m.content)
+            })
+            .collect(),
+        max_tokens: s.max_output_tokens,
+        temperature: s.temperature,
+    };
+    Ok((Serving { model, budget }, request))
+}
+
+fn compaction_stop(e: CompactionError) -> Stopped {
+    match e {
+        CompactionError::Store(s) => Stopped::Store(s),
+        other => Stopped::Overflow(other.to_string()),
+    }
+}
+
+/// Streams the request, relaying frames and checkpointing new text.
+fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Streamed) -> Stopped {
+    turn.push(Frame::Status {
+        phase: Phase::Waiting,
+    });
+    let mut stream = inner.provider.stream_chat(request);
+    let interval = inner.settings.checkpoint_interval;
+    let mut last_checkpoint = Instant::now();
+    let mut streaming = false;
+    loop {
+        if turn.stop_requested() {
+            return if turn.shutdown_requested() {
+                Stopped::Shutdown
+            } else {
+                Stopped::ByUser
+            };
+        }
+        let wait = interval
+            .saturating_sub(last_checkpoint.elapsed())
+            .min(STOP_POLL);
+        match stream.poll(wait) {
+            Poll::Event(Ok(ev)) => {
+                if !streaming && matches!(ev, StreamEvent::Text(_) | StreamEvent::Reasoning(_)) {
+                    streaming = true;
+                    turn.push(Frame::Status {
+                        phase: Phase::Streaming,
+                    });
+                }
+                relay(turn, ev, out);
+            }
+            Poll::Event(Err(e)) => return Stopped::Error(e),
+            Poll::Done => return Stopped::Completed,
+            Poll::Idle => {}
+        }
+        if last_checkpoint.elapsed() >= interval {
+            if let Err(e) = checkpoint(inner, turn, out) {
+                return Stopped::Store(e);
+            }
+            last_checkpoint = Instant::now();
+        }
+    }
+}
+
+fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
+    match ev {
+        StreamEvent::Text(t) => {
+            out.text.push_str(&t);
+            turn.push(Frame::Chunk { text: t });
+        }
+        StreamEvent::Reasoning(r) => {
+            out.reasoning.push_str(&r);
+            turn.push(Frame::Reasoning { text: r });
+        }
+        StreamEvent::Usage(u) => {
+            out.usage = Some(u);
+            turn.push(Frame::Usage(u));
+        }
+        StreamEvent::Finish(f) => out.finish_reason = Some(f),
+    }
+}
+
+/// Appends a `pending_state` with what arrived since the last one, if anything did.
+pub(super) fn checkpoint(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    out: &mut Streamed,
+) -> Result<(), StoreError> {
+    let text = &out.text[out.saved_text..];
+    let reasoning = &out.reasoning[out.saved_reasoning..];
+    if text.is_empty() && reasoning.is_empty() {
+        return Ok(());
+    }
+    let payload = Payload::PendingState(PendingState {
+        turn: turn.turn,
+        attempt: turn.attempt,
+        text: text.to_owned(),
+        reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
+    });
+    let seq = inner.store.append(turn.session_id, &payload)?.seq;
+    out.saved_text = out.text.len();
+    out.saved_reasoning = out.reasoning.len();
+    out.last_checkpoint_seq = Some(seq);
+    turn.push(Frame::Checkpoint { seq });
+    Ok(())
+}
