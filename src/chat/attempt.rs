@@ -219,27 +219,37 @@ fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
     }
 }
 
-/// Appends a `pending_state` with what arrived since the last one, if anything did.
-pub(super) fn checkpoint(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    out: &mut Streamed,
-) -> Result<(), StoreError> {
+/// The `pending_state` holding what arrived since the last checkpoint, if anything did.
+pub(super) fn unsaved(turn: &ActiveTurn, out: &Streamed) -> Option<Payload> {
     let text = &out.text[out.saved_text..];
     let reasoning = &out.reasoning[out.saved_reasoning..];
     if text.is_empty() && reasoning.is_empty() {
-        return Ok(());
+        return None;
     }
-    let payload = Payload::PendingState(PendingState {
+    Some(Payload::PendingState(PendingState {
         turn: turn.turn,
         attempt: turn.attempt,
         text: text.to_owned(),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
-    });
+    }))
+}
+
+/// Appends a `pending_state` with what arrived since the last one, if anything did.
+fn checkpoint(inner: &Inner, turn: &ActiveTurn, out: &mut Streamed) -> Result<(), StoreError> {
+    let Some(payload) = unsaved(turn, out) else {
+        return Ok(());
+    };
     let seq = inner.store.append(turn.session_id, &payload)?.seq;
-    out.saved_text = out.text.len();
-    out.saved_reasoning = out.reasoning.len();
-    out.last_checkpoint_seq = Some(seq);
+    out.saved(seq);
     turn.push(Frame::Checkpoint { seq });
     Ok(())
+}
+
+impl Streamed {
+    /// Everything so far is in the checkpoint `seq`.
+    pub(super) fn saved(&mut self, seq: u64) {
+        self.saved_text = self.text.len();
+        self.saved_reasoning = self.reasoning.len();
+        self.last_checkpoint_seq = Some(seq);
+    }
 }

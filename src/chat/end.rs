@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::attempt::{Stopped, Streamed, checkpoint};
+use super::attempt::{Stopped, Streamed, unsaved};
 use super::engine::Inner;
 use super::frames::{ActiveTurn, EndStatus, Frame};
 use crate::session::StoreError;
@@ -98,22 +98,28 @@ pub(super) fn end_attempt(
     }
 }
 
-/// The last checkpoint of an interrupted attempt: whatever was not saved yet.
+/// The last checkpoint of an interrupted attempt (whatever was not saved yet), and its
+/// end in the session list (`updated_at`), in one transaction. Its seq, or the previous
+/// checkpoint's when nothing was left to save.
 fn final_checkpoint(
     inner: &Inner,
     turn: &ActiveTurn,
     out: &Streamed,
 ) -> Result<Option<u64>, StoreError> {
-    let mut rest = Streamed {
-        text: out.text.clone(),
-        reasoning: out.reasoning.clone(),
-        saved_text: out.saved_text,
-        saved_reasoning: out.saved_reasoning,
-        last_checkpoint_seq: out.last_checkpoint_seq,
-        ..Streamed::default()
-    };
-    checkpoint(inner, turn, &mut rest)?;
-    Ok(rest.last_checkpoint_seq)
+    let rest = unsaved(turn, out);
+    let id = turn.session_id;
+    let written = inner.store.write(|w| {
+        let seq = match &rest {
+            Some(p) => Some(w.append(id, p)?.seq),
+            None => None,
+        };
+        w.touch(id)?;
+        Ok(seq)
+    })?;
+    if let Some(seq) = written {
+        turn.push(Frame::Checkpoint { seq });
+    }
+    Ok(written.or(out.last_checkpoint_seq))
 }
 
 /// A completed attempt: its ledger row and its `assistant_turn`, in one transaction.
