@@ -3,6 +3,8 @@
 //! end it per the table ([`super::end`]) and hand it to the post-turn work.
 
 use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
 use std::time::Instant;
 
 use super::end::end_attempt;
@@ -11,7 +13,7 @@ use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent};
 use crate::session::StoreError;
-use crate::session::compactor::{Budget, CompactionError};
+use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
 use crate::session::events::{Payload, PendingState, Usage};
 use crate::session::projection::{Role, llm_request};
 
@@ -35,6 +37,8 @@ pub(super) enum Stopped {
     Shutdown,
     Overflow(String),
     Store(StoreError),
+    /// A bug or a resource limit inside brain (a panic, no thread): logged, `internal`.
+    Internal(String),
 }
 
 /// The model serving this attempt and its budget.
@@ -84,7 +88,8 @@ pub(super) fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) 
     }
 }
 
-/// Picks the model, compacts before sending (I4), and builds the request.
+/// Picks the model, compacts before sending (I4), and builds the request. A `/stop` or a
+/// shutdown ends it in every step, a hung listing or summariser included.
 fn prepare(
     inner: &Inner,
     turn: &ActiveTurn,
@@ -92,14 +97,16 @@ fn prepare(
 ) -> Result<(Serving, ChatRequest), Stopped> {
     let s = &inner.settings;
     let configured = model.or_else(|| s.chat_model.clone());
-    let model = inner
-        .provider
-        .resolve_model(configured.as_deref())
-        .map_err(Stopped::Error)?;
-    let is_chat_model = s.chat_model.as_deref().is_none_or(|m| m == model);
-    let window = inner
-        .provider
-        .window(&model, s.context_window.filter(|_| is_chat_model));
+    let provider = Arc::clone(&inner.provider);
+    let (chat_model, context_window) = (s.chat_model.clone(), s.context_window);
+    // The listing may take until its timeout: resolved on a thread of its own.
+    let (model, window) = off_thread(turn, move || {
+        let model = provider.resolve_model(configured.as_deref())?;
+        let is_chat_model = chat_model.as_deref().is_none_or(|m| m == model);
+        let window = provider.window(&model, context_window.filter(|_| is_chat_model));
+        Ok::<_, ProviderError>((model, window))
+    })?
+    .map_err(Stopped::Error)?;
     let budget = Budget {
         window: window.tokens,
         compact_at: s.compact_at,
@@ -114,10 +121,19 @@ fn prepare(
             phase: Phase::Compacting,
         });
         let summarizer = summarizer(inner, &model, budget.window);
+        let interrupted = || turn.interrupt();
         inner
             .compactor
-            .pre_send(turn.session_id, budget, &summarizer)
+            .pre_send(
+                turn.session_id,
+                budget,
+                &summarizer,
+                &Bounds::within(s.compaction_timeout, &interrupted),
+            )
             .map_err(compaction_stop)?;
+    }
+    if let Some(i) = turn.interrupt() {
+        return Err(i.into());
     }
     let events = inner
         .store
@@ -154,7 +170,47 @@ fn prepare(
 fn compaction_stop(e: CompactionError) -> Stopped {
     match e {
         CompactionError::Store(s) => Stopped::Store(s),
+        CompactionError::Interrupted(i) => i.into(),
         other => Stopped::Overflow(other.to_string()),
+    }
+}
+
+impl From<Interrupt> for Stopped {
+    fn from(i: Interrupt) -> Stopped {
+        match i {
+            Interrupt::Stopped => Stopped::ByUser,
+            Interrupt::Shutdown => Stopped::Shutdown,
+        }
+    }
+}
+
+/// Runs `f` (a provider call that may hang) on a thread of its own, so a `/stop` or a
+/// shutdown ends the wait within [`STOP_POLL`]; an abandoned call ends by its own timeout.
+fn off_thread<T: Send + 'static>(
+    turn: &ActiveTurn,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Stopped> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("brain-prepare".into())
+        .spawn(move || {
+            // The attempt may have stopped waiting: the answer is dropped.
+            let _ = tx.send(f());
+        })
+        .map_err(|e| Stopped::Internal(format!("cannot start a thread: {e}")))?;
+    loop {
+        if let Some(i) = turn.interrupt() {
+            return Err(i.into());
+        }
+        match rx.recv_timeout(STOP_POLL) {
+            Ok(v) => return Ok(v),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Stopped::Internal(
+                    "a preparing step ended without an answer".into(),
+                ));
+            }
+        }
     }
 }
 
@@ -168,12 +224,8 @@ fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Str
     let mut last_checkpoint = Instant::now();
     let mut streaming = false;
     loop {
-        if turn.stop_requested() {
-            return if turn.shutdown_requested() {
-                Stopped::Shutdown
-            } else {
-                Stopped::ByUser
-            };
+        if let Some(i) = turn.interrupt() {
+            return i.into();
         }
         let wait = interval
             .saturating_sub(last_checkpoint.elapsed())

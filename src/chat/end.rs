@@ -37,6 +37,14 @@ pub(super) fn end_attempt(
             true,
         ),
         Stopped::Overflow(why) => ("context_overflow".to_owned(), why.clone(), false),
+        Stopped::Internal(why) => {
+            eprintln!("brain: turn of {}: internal error: {why}", turn.session_id);
+            (
+                "internal".to_owned(),
+                "brain failed inside; see its log".to_owned(),
+                true,
+            )
+        }
         Stopped::Store(e) => {
             eprintln!("brain: turn of {}: database error: {e}", turn.session_id);
             (

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::frames::{ActiveTurn, Subscription};
 use crate::provider::Provider;
 use crate::session::compactor::Compactor;
+use crate::session::compactor::run::COMPACTION_TIMEOUT;
 use crate::session::events::{Decoded, Payload, UserMessage, kind};
 use crate::session::{SessionId, Store, StoreError};
 use crate::tokens::Estimator;
@@ -47,6 +48,8 @@ pub struct EngineSettings {
     pub distill: bool,
     pub max_message_bytes: usize,
     pub checkpoint_interval: Duration,
+    /// The deadline of one compaction, all its passes and calls together.
+    pub compaction_timeout: Duration,
 }
 
 impl Default for EngineSettings {
@@ -62,6 +65,7 @@ impl Default for EngineSettings {
             distill: true,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             checkpoint_interval: CHECKPOINT_INTERVAL,
+            compaction_timeout: COMPACTION_TIMEOUT,
         }
     }
 }
@@ -307,6 +311,11 @@ impl Engine {
 
 /// Waits for threads until `until`; returns how many were still running.
 impl Inner {
+    /// Whether shutdown has begun: background work gives up.
+    pub(super) fn shutting_down(&self) -> bool {
+        !self.accepting.load(Ordering::SeqCst)
+    }
+
     /// Keeps a post-turn job so shutdown can wait for it.
     pub(super) fn track_background(&self, handle: JoinHandle<()>) {
         let mut jobs = lock(&self.background);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::session::SessionId;
+use crate::session::compactor::Interrupt;
 use crate::session::events::Usage;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -142,6 +143,17 @@ impl ActiveTurn {
 
     pub fn shutdown_requested(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Why the attempt must end now, if it must.
+    pub fn interrupt(&self) -> Option<Interrupt> {
+        if self.shutdown_requested() {
+            Some(Interrupt::Shutdown)
+        } else if self.stop_requested() {
+            Some(Interrupt::Stopped)
+        } else {
+            None
+        }
     }
 
     /// A subscriber that starts from the attempt's first frame.

@@ -13,7 +13,7 @@ use super::engine::Inner;
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError};
 use crate::session::SessionId;
-use crate::session::compactor::{Budget, CompactionError, PassOutcome};
+use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
 use crate::session::events::{Decoded, MemoryFailure, Payload, TitledBy, TurnMemory, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 
@@ -63,11 +63,19 @@ pub(super) fn spawn(
             distill(&job, id, turn, attempt, text, &model);
         }
         let s = summarizer(&job, &model, budget.window);
-        match job.compactor.post_persist(id, budget, &s) {
-            Ok(
-                PassOutcome::Fits { .. } | PassOutcome::Compacted { .. } | PassOutcome::Superseded,
+        let interrupted = || job.shutting_down().then_some(Interrupt::Shutdown);
+        match job.compactor.post_persist(
+            id,
+            budget,
+            &s,
+            &Bounds::within(job.settings.compaction_timeout, &interrupted),
+        ) {
+            Ok(_) => {}
+            Err(
+                CompactionError::BackingOff(_)
+                | CompactionError::Refused(_)
+                | CompactionError::Interrupted(_),
             ) => {}
-            Err(CompactionError::BackingOff(_) | CompactionError::Refused(_)) => {}
             Err(e) => eprintln!("brain: post-turn compaction of {id}: {e}"),
         }
         if let Some(text) = &exchange {

@@ -9,7 +9,7 @@ use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::summarizer::ProviderSummarizer;
 use crate::provider::Provider;
-use crate::session::compactor::{Budget, Compactor, PassOutcome};
+use crate::session::compactor::{Bounds, Budget, Compactor, PassOutcome, never};
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow, Store};
@@ -394,7 +394,7 @@ fn compact(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     store.session(id)?;
-    let provider = Provider::new(args.provider_config());
+    let provider = Arc::new(Provider::new(args.provider_config()));
     let chat_model = provider.resolve_model(args.model.as_deref())?;
     let summarize_model = args
         .summarize_model
@@ -408,7 +408,7 @@ fn compact(
         window: provider
             .window(&summarize_model, override_for_summarizer)
             .tokens,
-        provider: &provider,
+        provider: Arc::clone(&provider),
         model: summarize_model,
     };
     let budget = Budget {
@@ -417,7 +417,7 @@ fn compact(
         output_reserve: args.max_output_tokens.map_or(0, u64::from),
     };
     let compactor = Compactor::new(Arc::clone(store), Arc::new(Estimator::new()));
-    match compactor.pass(id, budget, &summarizer, true)? {
+    match compactor.pass(id, budget, &summarizer, true, &Bounds::new(&never))? {
         PassOutcome::Compacted {
             seq,
             tokens_before,
@@ -434,6 +434,10 @@ fn compact(
             "another compaction of {id} landed first; nothing appended"
         )?,
         PassOutcome::Fits { tokens } => writeln!(out, "{id} fits ({tokens} tokens)")?,
+        PassOutcome::InProgress { tokens } => writeln!(
+            out,
+            "another compaction of {id} is running ({tokens} tokens now)"
+        )?,
     }
     Ok(())
 }

@@ -2,18 +2,23 @@
 //! deadline, panics and limits, what is kept for late subscribers, and what moves a
 //! session in the list.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use brain::chat::engine::EngineSettings;
-use brain::chat::frames::{EndStatus, Frame, Next};
-use brain::session::events::TitledBy;
+use brain::chat::engine::{Engine, EngineSettings};
+use brain::chat::frames::{EndStatus, Frame, Next, Phase};
+use brain::provider::{Provider, ProviderConfig};
+use brain::session::SessionId;
+use brain::session::events::{Payload, TitledBy};
+use brain::session::projection::llm_context;
 use brain::session::store::ListQuery;
+use brain::tokens::Estimator;
 use serde_json::json;
 
 use crate::engine::*;
 use crate::support::*;
 
-fn updated_at(r: &Rig, id: brain::session::SessionId) -> String {
+fn updated_at(r: &Rig, id: SessionId) -> String {
     r.store.session(id).unwrap().updated_at
 }
 
@@ -96,4 +101,207 @@ fn an_interrupted_attempt_moves_updated_at_when_it_ends() {
     let f: Vec<Frame> = sub.collect();
     assert_eq!(end(&f).0, EndStatus::Interrupted);
     assert!(updated_at(&r, id) > after_user_message);
+}
+
+const FILLER: &str = "we talked about the garden the weather and the long walk home again";
+
+fn words(n: usize) -> String {
+    FILLER
+        .split(' ')
+        .cycle()
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn context_tokens(r: &Rig, id: SessionId) -> u64 {
+    Estimator::new()
+        .context(&llm_context(&r.store.events_for_context(id).unwrap()))
+        .total
+}
+
+/// Earlier turns, written straight to the log, until the context passes `tokens`.
+fn history(r: &Rig, id: SessionId, tokens: u64) {
+    let mut i = 0;
+    while context_tokens(r, id) <= tokens {
+        let u = r
+            .store
+            .append(id, &user(&format!("question {i}: {}", words(40))))
+            .unwrap()
+            .seq;
+        r.store
+            .append(id, &answer(u, 1, &format!("answer {i}: {}", words(40))))
+            .unwrap();
+        i += 1;
+    }
+}
+
+/// Another engine on the rig's store (settings that depend on the history just written).
+fn engine_on(r: &Rig, url: &str, settings: EngineSettings) -> Engine {
+    let mut cfg = ProviderConfig::new(url);
+    cfg.first_token_timeout = Duration::from_secs(5);
+    cfg.idle_timeout = Duration::from_secs(2);
+    Engine::new(Arc::clone(&r.store), Arc::new(Provider::new(cfg)), settings)
+}
+
+fn summarize_requests(mock: &MockLlm) -> usize {
+    mock.requests()
+        .iter()
+        .filter(|q| q["stream"] != true)
+        .count()
+}
+
+/// The session's summarize calls in the ledger: (status, error code).
+fn summarize_rows(r: &Rig, id: SessionId) -> Vec<(String, Option<String>)> {
+    let raw = r._db.raw();
+    let mut q = raw
+        .prepare(
+            "SELECT status, error_code FROM ledger
+             WHERE session_id = ?1 AND purpose = 'summarize' ORDER BY id",
+        )
+        .unwrap();
+    q.query_map([id.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A session over its trigger (so a turn compacts before sending), still inside its
+/// window, on an engine whose window says so; the summariser hangs.
+fn over_the_trigger_with_a_hung_summariser(mock: &MockLlm) -> (Rig, Engine, SessionId) {
+    let r = rig(mock);
+    let id = session(&r);
+    history(&r, id, 1400);
+    let settings = EngineSettings {
+        context_window: Some(2000),
+        ..quiet()
+    };
+    let engine = engine_on(&r, &mock.url, settings);
+    mock.script(json!({"kind": "complete", "hang_before_headers": true}));
+    (r, engine, id)
+}
+
+/// Sends and waits until the pre-send compaction waits on the summariser.
+fn send_until_the_summariser_hangs(
+    mock: &MockLlm,
+    engine: &Engine,
+    id: SessionId,
+) -> brain::chat::frames::Subscription {
+    let mut sub = engine.send(id, "one more question", None).unwrap();
+    assert!(matches!(
+        sub.next_frame(Duration::from_secs(10)),
+        Next::Frame(Frame::Turn { .. })
+    ));
+    assert_eq!(
+        sub.next_frame(Duration::from_secs(10)),
+        Next::Frame(Frame::Status {
+            phase: Phase::Compacting
+        })
+    );
+    wait_until("the summariser call", || summarize_requests(mock) == 1);
+    sub
+}
+
+#[test]
+fn shutdown_during_a_pre_send_compaction_on_a_hung_summariser_ends_the_attempt() {
+    let mock = MockLlm::start(&[]);
+    let (r, engine, id) = over_the_trigger_with_a_hung_summariser(&mock);
+    let sub = send_until_the_summariser_hangs(&mock, &engine, id);
+    let report = engine.shutdown(Duration::from_secs(10));
+    assert_eq!(
+        (report.ended_attempts, report.unfinished_attempts),
+        (1, 0),
+        "{report:?}"
+    );
+    let f = frames(sub);
+    let (status, seq) = end(&f);
+    assert_eq!(status, EndStatus::Failed);
+    let Payload::TurnFailed(t) = payload(&r.store, id, seq.unwrap()) else {
+        panic!("{f:?}")
+    };
+    assert_eq!(t.code, "shutdown");
+    assert_eq!(
+        summarize_rows(&r, id),
+        [("error".to_owned(), Some("shutdown".to_owned()))]
+    );
+    assert!(streamed(&mock).is_empty(), "nothing was sent to chat");
+}
+
+#[test]
+fn stop_during_a_pre_send_compaction_on_a_hung_summariser_ends_the_attempt() {
+    let mock = MockLlm::start(&[]);
+    let (r, engine, id) = over_the_trigger_with_a_hung_summariser(&mock);
+    let sub = send_until_the_summariser_hangs(&mock, &engine, id);
+    engine.stop(id).unwrap();
+    let f = frames(sub);
+    let (status, seq) = end(&f);
+    assert_eq!(status, EndStatus::Failed);
+    let Payload::TurnFailed(t) = payload(&r.store, id, seq.unwrap()) else {
+        panic!("{f:?}")
+    };
+    assert_eq!(t.code, "stopped");
+    assert_eq!(
+        summarize_rows(&r, id),
+        [("error".to_owned(), Some("stopped".to_owned()))]
+    );
+    assert!(!engine.turn_active(id));
+    // The session is free: the next turn compacts (the summariser answers now) and runs.
+    let f = frames(engine.send(id, "and now?", None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
+}
+
+#[test]
+fn a_hung_summariser_delays_a_turn_that_fits_by_the_compaction_deadline_at_most() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = session(&r);
+    history(&r, id, 1400);
+    let settings = EngineSettings {
+        context_window: Some(2000),
+        compaction_timeout: Duration::from_millis(500),
+        ..quiet()
+    };
+    let engine = engine_on(&r, &mock.url, settings);
+    mock.script(json!({"kind": "complete", "hang_before_headers": true}));
+    let f = frames(engine.send(id, "one more question", None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
+    assert_eq!(
+        summarize_rows(&r, id),
+        [("error".to_owned(), Some("provider_timeout".to_owned()))]
+    );
+}
+
+#[test]
+fn a_turn_that_fits_does_not_wait_for_a_running_post_turn_compaction() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = session(&r);
+    history(&r, id, 1000);
+    let settings = EngineSettings {
+        context_window: Some(2000),
+        ..quiet()
+    };
+    let engine = engine_on(&r, &mock.url, settings);
+    // A long answer takes the context over the trigger: the post-turn compaction starts,
+    // and its summariser hangs.
+    mock.script(json!({"kind": "complete", "hang_before_headers": true}));
+    mock.script(json!({"kind": "stream", "text": words(300)}));
+    let f = frames(engine.send(id, "tell me everything", None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed);
+    let after = context_tokens(&r, id);
+    assert!(after > 1200 && after < 1900, "{after}");
+    wait_until("the post-turn summariser call", || {
+        summarize_requests(&mock) == 1
+    });
+    // The next turn still fits the window: it goes on without waiting for the summary.
+    let f = frames(engine.send(id, "and briefly?", None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
+    assert_eq!(streamed(&mock).len(), 2);
+    // Shutdown cuts the hung background compaction short too.
+    let report = engine.shutdown(Duration::from_secs(10));
+    assert_eq!(report.skipped_background, 0, "{report:?}");
+    assert_eq!(
+        summarize_rows(&r, id),
+        [("error".to_owned(), Some("shutdown".to_owned()))]
+    );
 }
