@@ -651,3 +651,78 @@ fn input_larger_than_the_summarizers_window_is_summarised_in_chunks_then_togethe
         );
     }
 }
+
+/// A summarizer that takes `per_call` to answer each call (a slow CPU model), within the
+/// compaction's bounds.
+struct Slow {
+    per_call: Duration,
+    calls: Mutex<usize>,
+}
+
+impl Summarizer for Slow {
+    fn model(&self) -> String {
+        "slow".into()
+    }
+    fn provider(&self) -> String {
+        "stand-in".into()
+    }
+    fn window(&self) -> u64 {
+        400
+    }
+    fn summarize(
+        &self,
+        _input: &SummaryInput,
+        bounds: &Bounds<'_>,
+    ) -> Result<SummaryOutput, SummaryError> {
+        *self.calls.lock().unwrap() += 1;
+        // Simulated latency, cut at the deadline like a real call's timeout.
+        std::thread::sleep(self.per_call.min(bounds.left()));
+        if bounds.left().is_zero() {
+            return Err(SummaryError::TimedOut);
+        }
+        Ok(SummaryOutput {
+            text: "A short chunk summary with 1 fact.".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+        })
+    }
+}
+
+#[test]
+fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call() {
+    let (_db, store, c) = setup();
+    // Larger than the summarizer's window: several chunk calls, then one over them.
+    let id = session(&store, 16, 60);
+    // Each call takes 60% of the deadline, so the first one answers (with room for the
+    // planning before it) and the second one cannot.
+    let slow = Slow {
+        per_call: Duration::from_millis(2400),
+        calls: Mutex::new(0),
+    };
+    let bounds = Bounds::within(Duration::from_secs(4), &never);
+    let e = c
+        .pass(id, budget(100_000), &slow, true, &bounds)
+        .unwrap_err();
+    assert!(matches!(e, CompactionError::TimedOut(_)), "{e:?}");
+    assert_eq!(
+        *slow.calls.lock().unwrap(),
+        2,
+        "the second call gets what is left of the deadline, and no third call starts"
+    );
+    let raw = _db.raw();
+    let codes: Vec<Option<String>> = raw
+        .prepare("SELECT error_code FROM ledger WHERE purpose = 'summarize' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(codes, [None, Some("provider_timeout".to_owned())]);
+    assert!(
+        !store
+            .events(id, 0, None)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "compaction_applied")
+    );
+}
