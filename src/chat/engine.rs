@@ -85,6 +85,9 @@ pub enum EngineError {
     NoActiveTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Something the request needs is not available now (the summarizer, a thread).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Store(#[from] StoreError),
 }
@@ -115,7 +118,7 @@ pub(super) struct Inner {
 /// The turn engine. Cheap to clone; every clone is the same engine.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -274,7 +277,7 @@ impl Engine {
             .is_some_and(|t| !t.is_done())
     }
 
-    fn accepting(&self) -> Result<(), EngineError> {
+    pub(super) fn accepting(&self) -> Result<(), EngineError> {
         if self.inner.accepting.load(Ordering::SeqCst) {
             Ok(())
         } else {

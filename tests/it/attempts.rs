@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brain::chat::engine::{Engine, EngineSettings};
+use brain::chat::engine::{Engine, EngineError, EngineSettings};
 use brain::chat::frames::{EndStatus, Frame, Next, Phase};
 use brain::provider::{Provider, ProviderConfig};
 use brain::session::SessionId;
@@ -304,4 +304,35 @@ fn a_turn_that_fits_does_not_wait_for_a_running_post_turn_compaction() {
         summarize_rows(&r, id),
         [("error".to_owned(), Some("shutdown".to_owned()))]
     );
+}
+
+#[test]
+fn compaction_by_hand_runs_whatever_the_backoff_and_not_during_a_turn() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = session(&r);
+    history(&r, id, 600);
+    // A failed compaction starts the session's backoff.
+    mock.script(json!({"kind": "complete", "status": 500}));
+    let e = r.engine.compact(id).unwrap_err();
+    assert!(matches!(e, EngineError::Unavailable(_)), "{e:?}");
+    // The provider is back: by hand, it compacts at once.
+    let report = r.engine.compact(id).unwrap();
+    assert!(report.compacted, "{report:?}");
+    assert!(report.tokens_after < report.tokens_before, "{report:?}");
+    // Not while a turn of the session runs (409).
+    mock.script(json!({"kind": "stream", "hang": true}));
+    let mut sub = r.engine.send(id, "hang on", None).unwrap();
+    while !matches!(
+        sub.next_frame(Duration::from_secs(10)),
+        Next::Frame(Frame::Status {
+            phase: Phase::Waiting
+        })
+    ) {}
+    assert!(matches!(
+        r.engine.compact(id),
+        Err(EngineError::TurnInFlight)
+    ));
+    r.engine.stop(id).unwrap();
+    frames(sub);
 }
