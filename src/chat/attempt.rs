@@ -2,13 +2,14 @@
 //! sending if it must), stream it while relaying frames and checkpointing new text, then
 //! end it per the table ([`super::end`]) and hand it to the post-turn work.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::end::end_attempt;
-use super::engine::{Inner, STOP_POLL};
+use super::engine::{Fault, Inner, STOP_POLL};
 use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent};
@@ -47,12 +48,49 @@ struct Serving {
     budget: Budget,
 }
 
-pub(super) fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
-    turn.push(Frame::Turn {
+/// Runs the attempt; a panic inside it (a bug) still ends it, as `internal`, so the
+/// session is not left answering 409 until a restart.
+pub(super) fn run_guarded(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
+    let ran = panic::catch_unwind(AssertUnwindSafe(|| run(inner, turn, model)));
+    if let Err(payload) = ran {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        if !turn.is_done() {
+            end_internal(inner, turn, &format!("the attempt panicked: {what}"));
+        }
+    }
+}
+
+/// Ends an attempt that could not run (no thread) or broke (a panic): `turn_failed`
+/// `internal`, an `error` and an `end` frame.
+pub(super) fn end_internal(inner: &Inner, turn: &ActiveTurn, why: &str) {
+    if turn.frame_count() == 0 {
+        turn.push(turn_frame(turn));
+    }
+    let end = end_attempt(
+        inner,
+        turn,
+        "",
+        &Streamed::default(),
+        Stopped::Internal(why.to_owned()),
+        Duration::ZERO,
+    );
+    turn.finish(end);
+}
+
+fn turn_frame(turn: &ActiveTurn) -> Frame {
+    Frame::Turn {
         session_id: turn.session_id.to_string(),
         turn: turn.turn,
         attempt: turn.attempt,
-    });
+    }
+}
+
+fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
+    turn.push(turn_frame(turn));
     let started = Instant::now();
     let mut out = Streamed::default();
     let (serving, stopped) = match prepare(inner, turn, model) {
@@ -96,6 +134,9 @@ fn prepare(
     model: Option<String>,
 ) -> Result<(Serving, ChatRequest), Stopped> {
     let s = &inner.settings;
+    if s.fault == Some(Fault::PanicInAttempt) {
+        panic!("injected fault: a panic inside the attempt");
+    }
     let configured = model.or_else(|| s.chat_model.clone());
     let provider = Arc::clone(&inner.provider);
     let (chat_model, context_window) = (s.chat_model.clone(), s.context_window);

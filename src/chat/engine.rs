@@ -31,6 +31,11 @@ pub const STOP_POLL: Duration = Duration::from_millis(50);
 pub const LIVE_RETENTION: Duration = Duration::from_secs(30);
 /// Shutdown's whole budget (SPEC §6: exit within 10 s).
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+/// The default limit of attempts running at once (each holds a thread, and a provider
+/// stream with its reader thread).
+pub const MAX_ACTIVE_ATTEMPTS: usize = 128;
+/// The default limit of post-turn jobs running at once (one thread each).
+pub const MAX_BACKGROUND_JOBS: usize = 128;
 /// The default largest user message.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
@@ -50,6 +55,23 @@ pub struct EngineSettings {
     pub checkpoint_interval: Duration,
     /// The deadline of one compaction, all its passes and calls together.
     pub compaction_timeout: Duration,
+    /// Attempts running at once; past it a send is refused (503) before it writes.
+    pub max_active_attempts: usize,
+    /// Post-turn jobs running at once; past it a job is skipped (logged).
+    pub max_background_jobs: usize,
+    /// A fault to inject, for the tests of the engine's guards; always `None` in use.
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
+}
+
+/// Faults the tests inject to check that the engine survives them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The attempt's thread panics while preparing the request.
+    PanicInAttempt,
+    /// No thread can be started for the attempt.
+    NoThreadForAttempt,
 }
 
 impl Default for EngineSettings {
@@ -66,6 +88,9 @@ impl Default for EngineSettings {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             checkpoint_interval: CHECKPOINT_INTERVAL,
             compaction_timeout: COMPACTION_TIMEOUT,
+            max_active_attempts: MAX_ACTIVE_ATTEMPTS,
+            max_background_jobs: MAX_BACKGROUND_JOBS,
+            fault: None,
         }
     }
 }
@@ -163,9 +188,7 @@ impl Engine {
             return Err(EngineError::MessageTooLarge(text.len(), limit));
         }
         let mut turns = lock(&self.inner.turns);
-        if turns.get(&id).is_some_and(|t| !t.is_done()) {
-            return Err(EngineError::TurnInFlight);
-        }
+        self.admit(&turns, id)?;
         // I2: the user message is durable before any provider call.
         let seq = self.inner.store.write(|w| {
             if w.session(id)?.archived {
@@ -186,9 +209,7 @@ impl Engine {
     pub fn retry(&self, id: SessionId, model: Option<String>) -> Result<Subscription, EngineError> {
         self.accepting()?;
         let mut turns = lock(&self.inner.turns);
-        if turns.get(&id).is_some_and(|t| !t.is_done()) {
-            return Err(EngineError::TurnInFlight);
-        }
+        self.admit(&turns, id)?;
         // Only the live tail can hold a retryable message: one compacted away is gone.
         let events = self.inner.store.events_for_context(id)?;
         let turn = events
@@ -211,6 +232,28 @@ impl Engine {
         Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model))
     }
 
+    /// A new attempt of the session may start: none of its own runs (I7), and the engine
+    /// is under its limit of attempts (checked before anything is written).
+    fn admit(
+        &self,
+        turns: &HashMap<SessionId, Arc<ActiveTurn>>,
+        id: SessionId,
+    ) -> Result<(), EngineError> {
+        if turns.get(&id).is_some_and(|t| !t.is_done()) {
+            return Err(EngineError::TurnInFlight);
+        }
+        let limit = self.inner.settings.max_active_attempts;
+        if turns.values().filter(|t| !t.is_done()).count() >= limit {
+            return Err(EngineError::Unavailable(format!(
+                "{limit} answers are being written at once, the most this server runs; \
+                 try again shortly"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts the attempt on a thread of its own. Whatever happens to that thread (no
+    /// thread to be had, a panic), the attempt ends and the session is free again.
     fn start(
         &self,
         turns: &mut HashMap<SessionId, Arc<ActiveTurn>>,
@@ -222,11 +265,28 @@ impl Engine {
         turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
         turns.insert(turn.session_id, Arc::clone(&turn));
         let subscription = turn.subscribe();
-        let inner = Arc::clone(&self.inner);
-        let handle = thread::spawn(move || super::attempt::run(&inner, &turn, model));
-        let mut workers = lock(&self.inner.workers);
-        workers.retain(|h| !h.is_finished());
-        workers.push(handle);
+        let (inner, running) = (Arc::clone(&self.inner), Arc::clone(&turn));
+        let spawned = if self.inner.settings.fault == Some(Fault::NoThreadForAttempt) {
+            Err(std::io::Error::other(
+                "injected fault: no thread for the attempt",
+            ))
+        } else {
+            thread::Builder::new()
+                .name("brain-attempt".into())
+                .spawn(move || super::attempt::run_guarded(&inner, &running, model))
+        };
+        match spawned {
+            Ok(handle) => {
+                let mut workers = lock(&self.inner.workers);
+                workers.retain(|h| !h.is_finished());
+                workers.push(handle);
+            }
+            Err(e) => super::attempt::end_internal(
+                &self.inner,
+                &turn,
+                &format!("cannot start the attempt's thread: {e}"),
+            ),
+        }
         subscription
     }
 
@@ -312,21 +372,36 @@ impl Engine {
     }
 }
 
-/// Waits for threads until `until`; returns how many were still running.
 impl Inner {
     /// Whether shutdown has begun: background work gives up.
     pub(super) fn shutting_down(&self) -> bool {
         !self.accepting.load(Ordering::SeqCst)
     }
 
-    /// Keeps a post-turn job so shutdown can wait for it.
-    pub(super) fn track_background(&self, handle: JoinHandle<()>) {
+    /// Starts a post-turn job on a thread of its own, kept so shutdown can wait for it;
+    /// refused past [`EngineSettings::max_background_jobs`] or when no thread can be had.
+    pub(super) fn spawn_background(
+        &self,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<(), String> {
         let mut jobs = lock(&self.background);
         jobs.retain(|h| !h.is_finished());
+        let limit = self.settings.max_background_jobs;
+        if jobs.len() >= limit {
+            return Err(format!(
+                "{limit} post-turn jobs are running, the most allowed"
+            ));
+        }
+        let handle = thread::Builder::new()
+            .name("brain-post-turn".into())
+            .spawn(job)
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
         jobs.push(handle);
+        Ok(())
     }
 }
 
+/// Waits for threads until `until`; returns how many were still running.
 fn wait_all(handles: Vec<JoinHandle<()>>, until: Instant) -> usize {
     let mut left = handles;
     while !left.is_empty() && Instant::now() < until {

@@ -164,6 +164,11 @@ impl ActiveTurn {
         }
     }
 
+    /// How many frames were pushed so far.
+    pub fn frame_count(&self) -> usize {
+        self.lock().frames.len()
+    }
+
     /// Every frame so far.
     pub fn frames(&self) -> Vec<Frame> {
         self.lock().frames.clone()

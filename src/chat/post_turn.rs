@@ -4,7 +4,6 @@
 //! ledger.
 
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -53,7 +52,7 @@ pub(super) fn spawn(
     budget: Budget,
 ) {
     let job = Arc::clone(inner);
-    let handle = thread::spawn(move || {
+    let started = inner.spawn_background(move || {
         let exchange = if completed {
             exchange(&job, id, turn, attempt)
         } else {
@@ -82,7 +81,10 @@ pub(super) fn spawn(
             auto_title(&job, id, text, &model);
         }
     });
-    inner.track_background(handle);
+    // Best-effort work: skipped (and said so) rather than failing anything.
+    if let Err(why) = started {
+        eprintln!("brain: post-turn work of {id} skipped: {why}");
+    }
 }
 
 /// "User: …\n\nAssistant: …" for the turn's user message and this attempt's answer.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use brain::chat::engine::{Engine, EngineError, EngineSettings};
+use brain::chat::engine::{Engine, EngineError, EngineSettings, Fault};
 use brain::chat::frames::{EndStatus, Frame, Next, Phase};
 use brain::provider::{Provider, ProviderConfig};
 use brain::session::SessionId;
@@ -335,4 +335,74 @@ fn compaction_by_hand_runs_whatever_the_backoff_and_not_during_a_turn() {
     ));
     r.engine.stop(id).unwrap();
     frames(sub);
+}
+
+fn assert_ends_internal_and_frees_the_session(r: &Rig, id: SessionId) {
+    let f = frames(r.engine.send(id, "anything", None).unwrap());
+    assert!(matches!(f[0], Frame::Turn { .. }), "{f:?}");
+    let (status, seq) = end(&f);
+    assert_eq!(status, EndStatus::Failed);
+    assert_eq!(error_code(&f).as_deref(), Some("internal"));
+    let Payload::TurnFailed(t) = payload(&r.store, id, seq.unwrap()) else {
+        panic!("{f:?}")
+    };
+    assert_eq!(t.code, "internal");
+    assert!(!r.engine.turn_active(id), "no lingering 409");
+}
+
+#[test]
+fn a_panicking_attempt_ends_as_internal_and_frees_the_session() {
+    let mock = MockLlm::start(&[]);
+    let settings = EngineSettings {
+        fault: Some(Fault::PanicInAttempt),
+        ..quiet()
+    };
+    let r = rig_with(&mock.url, settings, 1000);
+    let id = session(&r);
+    assert_ends_internal_and_frees_the_session(&r, id);
+    // Again: the session was not left answering 409.
+    assert_ends_internal_and_frees_the_session(&r, id);
+    assert!(streamed(&mock).is_empty());
+}
+
+#[test]
+fn an_attempt_without_a_thread_ends_as_internal_and_frees_the_session() {
+    let mock = MockLlm::start(&[]);
+    let settings = EngineSettings {
+        fault: Some(Fault::NoThreadForAttempt),
+        ..quiet()
+    };
+    let r = rig_with(&mock.url, settings, 1000);
+    let id = session(&r);
+    assert_ends_internal_and_frees_the_session(&r, id);
+    assert_ends_internal_and_frees_the_session(&r, id);
+}
+
+#[test]
+fn past_the_limit_of_attempts_a_send_is_refused_before_it_writes() {
+    let mock = MockLlm::start(&[]);
+    let settings = EngineSettings {
+        max_active_attempts: 1,
+        ..quiet()
+    };
+    let r = rig_with(&mock.url, settings, 1000);
+    let (busy, other) = (session(&r), session(&r));
+    mock.script(json!({"kind": "stream", "hang": true}));
+    let sub = r.engine.send(busy, "hang on", None).unwrap();
+    let Err(e) = r.engine.send(other, "me too", None) else {
+        panic!("a second attempt was admitted past the limit")
+    };
+    assert!(matches!(e, EngineError::Unavailable(_)), "{e:?}");
+    assert_eq!(
+        brain::api::error::ApiError::from(e).status,
+        503,
+        "unavailable"
+    );
+    assert!(kinds(&r.store, other).is_empty(), "nothing written");
+    // Stopped once the provider has the request (its scripted hang is used up).
+    wait_until("the first request", || streamed(&mock).len() == 1);
+    r.engine.stop(busy).unwrap();
+    frames(sub);
+    let f = frames(r.engine.send(other, "me now", None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
 }
