@@ -8,7 +8,7 @@
 //! per the table of SPEC §6; post-turn work (distillation, post-persist compaction, the
 //! automatic title) then runs in the background.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -138,6 +138,8 @@ pub(super) struct Inner {
     accepting: AtomicBool,
     workers: Mutex<Vec<JoinHandle<()>>>,
     background: Mutex<Vec<JoinHandle<()>>>,
+    /// Sessions a post-turn job is titling now: one title job per session at a time.
+    titling: Mutex<HashSet<SessionId>>,
 }
 
 /// The turn engine. Cheap to clone; every clone is the same engine.
@@ -164,6 +166,7 @@ impl Engine {
                 accepting: AtomicBool::new(true),
                 workers: Mutex::new(Vec::new()),
                 background: Mutex::new(Vec::new()),
+                titling: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -372,7 +375,27 @@ impl Engine {
     }
 }
 
+/// A post-turn job's claim on titling one session; released on drop.
+pub(super) struct TitleClaim<'a> {
+    inner: &'a Inner,
+    id: SessionId,
+}
+
+impl Drop for TitleClaim<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.titling).remove(&self.id);
+    }
+}
+
 impl Inner {
+    /// Claims the session's titling, unless another job holds it (overlapping post-turn
+    /// jobs would each ask for a title).
+    pub(super) fn claim_title(&self, id: SessionId) -> Option<TitleClaim<'_>> {
+        let claimed = lock(&self.titling).insert(id);
+        // Built only when claimed: dropping an unclaimed one would release another's.
+        claimed.then(|| TitleClaim { inner: self, id })
+    }
+
     /// Whether shutdown has begun: background work gives up.
     pub(super) fn shutting_down(&self) -> bool {
         !self.accepting.load(Ordering::SeqCst)

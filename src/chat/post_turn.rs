@@ -230,6 +230,10 @@ pub fn clean_title(reply: &str) -> Option<String> {
 }
 
 fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
+    // Another job titling this session now will do (or has done) it.
+    let Some(_claim) = inner.claim_title(id) else {
+        return;
+    };
     match inner.store.session(id) {
         Ok(s) if s.title.is_none() => {}
         _ => return,

@@ -406,3 +406,66 @@ fn past_the_limit_of_attempts_a_send_is_refused_before_it_writes() {
     let f = frames(r.engine.send(other, "me now", None).unwrap());
     assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
 }
+
+#[test]
+fn a_three_megabyte_answer_reaches_a_late_subscriber_whole_from_a_bounded_log() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = session(&r);
+    let text: String = (0..400_000).map(|i| format!("w{i} ")).collect();
+    assert!(text.len() > 3_000_000);
+    mock.script(json!({"kind": "stream", "text": text, "chunks": 6000}));
+    // Nobody reads the attempt while it runs.
+    drop(r.engine.send(id, "write a lot", None).unwrap());
+    wait_until("the end of the answer", || !r.engine.turn_active(id));
+    let late = r.engine.live(id).unwrap();
+    let kept = late.turn().frame_count();
+    assert!(kept < 1000, "{kept} items kept for 6000 chunks");
+    let f = frames(late);
+    assert_eq!(end(&f).0, EndStatus::Completed);
+    let got: String = f
+        .iter()
+        .filter_map(|x| match x {
+            Frame::Chunk { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        got == text,
+        "the late subscriber got the whole answer once, in order"
+    );
+}
+
+#[test]
+fn overlapping_post_turn_jobs_ask_for_a_title_once() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = r
+        .store
+        .create_session(None, "You are a test.".into())
+        .unwrap()
+        .id;
+    let title_calls = || {
+        mock.requests()
+            .iter()
+            .filter(|q| {
+                q["stream"] != true
+                    && q["messages"][0]["content"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("title"))
+            })
+            .count()
+    };
+    // The first title call is slow: the next turn's post-turn job overlaps it.
+    mock.script(json!({"kind": "complete", "headers_delay_ms": 3000, "text": "Slow Title"}));
+    frames(r.engine.send(id, "first", None).unwrap());
+    wait_until("the first title call", || title_calls() == 1);
+    frames(r.engine.send(id, "second", None).unwrap());
+    let report = r.engine.shutdown(Duration::from_secs(10));
+    assert_eq!(report.skipped_background, 0, "{report:?}");
+    assert_eq!(title_calls(), 1);
+    assert_eq!(
+        r.store.session(id).unwrap().title.as_deref(),
+        Some("Slow Title")
+    );
+}
