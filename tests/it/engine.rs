@@ -110,6 +110,23 @@ pub(crate) fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Waits (on frames, then on the mock's log) until the attempt's request is with the
+/// provider: its `waiting` frame, and one more streamed request than `before`.
+pub(crate) fn wait_for_the_provider(mock: &MockLlm, sub: &mut Subscription, before: usize) {
+    loop {
+        match sub.next_frame(Duration::from_secs(30)) {
+            Next::Frame(Frame::Status {
+                phase: brain::chat::frames::Phase::Waiting,
+            }) => break,
+            Next::Frame(_) => {}
+            other => panic!("no waiting frame: {other:?}"),
+        }
+    }
+    wait_until("the request at the provider", || {
+        streamed(mock).len() > before
+    });
+}
+
 #[test]
 fn a_turn_persists_user_then_assistant_and_the_next_request_carries_it() {
     let mock = MockLlm::start(&[]);
@@ -360,8 +377,9 @@ fn stop_after_text_is_interrupted_and_before_text_is_a_stopped_failure() {
     assert!(p.text.starts_with("a "), "{p:?}");
 
     mock.script(json!({"kind": "stream", "hang": true}));
-    let sub = r.engine.send(id, "say nothing", None).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let requests = streamed(&mock).len();
+    let mut sub = r.engine.send(id, "say nothing", None).unwrap();
+    wait_for_the_provider(&mock, &mut sub, requests);
     r.engine.stop(id).unwrap();
     let f = frames(sub);
     let (status, seq) = end(&f);
@@ -560,8 +578,9 @@ fn shutdown_ends_streaming_attempts_within_the_deadline() {
         Next::Frame(Frame::Chunk { .. })
     ) {}
     mock.script(json!({"kind": "stream", "hang": true}));
-    let quiet_sub = r.engine.send(silent, "hang", None).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let requests = streamed(&mock).len();
+    let mut quiet_sub = r.engine.send(silent, "hang", None).unwrap();
+    wait_for_the_provider(&mock, &mut quiet_sub, requests);
     let started = Instant::now();
     let report = r.engine.shutdown(Duration::from_secs(10));
     assert!(
