@@ -122,6 +122,7 @@ fn session_route(
             Ok(Reply::Stream(id, engine.live(id)?))
         }
         ("GET", ["context"]) => context(api, id).map(Reply::Answer),
+        ("POST", ["compact"]) => compact(api, id).map(Reply::Answer),
         ("GET", ["events"]) => events(api, id, params).map(Reply::Answer),
         (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events"]) => {
             Err(ApiError::new(
@@ -329,6 +330,12 @@ fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
             "model": model,
         }),
     ))
+}
+
+/// `POST /v1/sessions/{id}/compact` (no body): compacts now, whatever the backoff.
+fn compact(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
+    let report = api.engine.compact(id)?;
+    Ok(http::json(200, &json!(report)))
 }
 
 fn events(api: &Api, id: SessionId, params: &HashMap<String, String>) -> Result<Answer, ApiError> {

@@ -8,21 +8,17 @@
 //! per the table of SPEC §6; post-turn work (distillation, post-persist compaction, the
 //! automatic title) then runs in the background.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::frames::{ActiveTurn, EndStatus, Frame, Phase, Subscription};
-use super::summarizer::ProviderSummarizer;
-use crate::provider::{ChatRequest, ChatRole, Poll, Provider, ProviderError, StreamEvent};
-use crate::session::compactor::{Budget, CompactionError, Compactor};
-use crate::session::events::{
-    AssistantTurn, Decoded, Payload, PendingState, TurnFailed, Usage, UserMessage, kind,
-};
-use crate::session::projection::{Role, llm_request};
-use crate::session::store::{CallStatus, LedgerEntry, Purpose};
+use super::frames::{ActiveTurn, Subscription};
+use crate::provider::Provider;
+use crate::session::compactor::Compactor;
+use crate::session::compactor::run::COMPACTION_TIMEOUT;
+use crate::session::events::{Decoded, Payload, UserMessage, kind};
 use crate::session::{SessionId, Store, StoreError};
 use crate::tokens::Estimator;
 
@@ -35,6 +31,11 @@ pub const STOP_POLL: Duration = Duration::from_millis(50);
 pub const LIVE_RETENTION: Duration = Duration::from_secs(30);
 /// Shutdown's whole budget (SPEC §6: exit within 10 s).
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+/// The default limit of attempts running at once (each holds a thread, and a provider
+/// stream with its reader thread).
+pub const MAX_ACTIVE_ATTEMPTS: usize = 128;
+/// The default limit of post-turn jobs running at once (one thread each).
+pub const MAX_BACKGROUND_JOBS: usize = 128;
 /// The default largest user message.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
@@ -52,6 +53,25 @@ pub struct EngineSettings {
     pub distill: bool,
     pub max_message_bytes: usize,
     pub checkpoint_interval: Duration,
+    /// The deadline of one compaction, all its passes and calls together.
+    pub compaction_timeout: Duration,
+    /// Attempts running at once; past it a send is refused (503) before it writes.
+    pub max_active_attempts: usize,
+    /// Post-turn jobs running at once; past it a job is skipped (logged).
+    pub max_background_jobs: usize,
+    /// A fault to inject, for the tests of the engine's guards; always `None` in use.
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
+}
+
+/// Faults the tests inject to check that the engine survives them.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The attempt's thread panics while preparing the request.
+    PanicInAttempt,
+    /// No thread can be started for the attempt.
+    NoThreadForAttempt,
 }
 
 impl Default for EngineSettings {
@@ -67,6 +87,10 @@ impl Default for EngineSettings {
             distill: true,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             checkpoint_interval: CHECKPOINT_INTERVAL,
+            compaction_timeout: COMPACTION_TIMEOUT,
+            max_active_attempts: MAX_ACTIVE_ATTEMPTS,
+            max_background_jobs: MAX_BACKGROUND_JOBS,
+            fault: None,
         }
     }
 }
@@ -86,6 +110,9 @@ pub enum EngineError {
     NoActiveTurn,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// Something the request needs is not available now (the summarizer, a thread).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Store(#[from] StoreError),
 }
@@ -111,12 +138,14 @@ pub(super) struct Inner {
     accepting: AtomicBool,
     workers: Mutex<Vec<JoinHandle<()>>>,
     background: Mutex<Vec<JoinHandle<()>>>,
+    /// Sessions a post-turn job is titling now: one title job per session at a time.
+    titling: Mutex<HashSet<SessionId>>,
 }
 
 /// The turn engine. Cheap to clone; every clone is the same engine.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,6 +166,7 @@ impl Engine {
                 accepting: AtomicBool::new(true),
                 workers: Mutex::new(Vec::new()),
                 background: Mutex::new(Vec::new()),
+                titling: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -161,9 +191,7 @@ impl Engine {
             return Err(EngineError::MessageTooLarge(text.len(), limit));
         }
         let mut turns = lock(&self.inner.turns);
-        if turns.get(&id).is_some_and(|t| !t.is_done()) {
-            return Err(EngineError::TurnInFlight);
-        }
+        self.admit(&turns, id)?;
         // I2: the user message is durable before any provider call.
         let seq = self.inner.store.write(|w| {
             if w.session(id)?.archived {
@@ -184,9 +212,7 @@ impl Engine {
     pub fn retry(&self, id: SessionId, model: Option<String>) -> Result<Subscription, EngineError> {
         self.accepting()?;
         let mut turns = lock(&self.inner.turns);
-        if turns.get(&id).is_some_and(|t| !t.is_done()) {
-            return Err(EngineError::TurnInFlight);
-        }
+        self.admit(&turns, id)?;
         // Only the live tail can hold a retryable message: one compacted away is gone.
         let events = self.inner.store.events_for_context(id)?;
         let turn = events
@@ -209,6 +235,28 @@ impl Engine {
         Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model))
     }
 
+    /// A new attempt of the session may start: none of its own runs (I7), and the engine
+    /// is under its limit of attempts (checked before anything is written).
+    fn admit(
+        &self,
+        turns: &HashMap<SessionId, Arc<ActiveTurn>>,
+        id: SessionId,
+    ) -> Result<(), EngineError> {
+        if turns.get(&id).is_some_and(|t| !t.is_done()) {
+            return Err(EngineError::TurnInFlight);
+        }
+        let limit = self.inner.settings.max_active_attempts;
+        if turns.values().filter(|t| !t.is_done()).count() >= limit {
+            return Err(EngineError::Unavailable(format!(
+                "{limit} answers are being written at once, the most this server runs; \
+                 try again shortly"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts the attempt on a thread of its own. Whatever happens to that thread (no
+    /// thread to be had, a panic), the attempt ends and the session is free again.
     fn start(
         &self,
         turns: &mut HashMap<SessionId, Arc<ActiveTurn>>,
@@ -220,11 +268,28 @@ impl Engine {
         turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
         turns.insert(turn.session_id, Arc::clone(&turn));
         let subscription = turn.subscribe();
-        let inner = Arc::clone(&self.inner);
-        let handle = thread::spawn(move || run_attempt(&inner, &turn, model));
-        let mut workers = lock(&self.inner.workers);
-        workers.retain(|h| !h.is_finished());
-        workers.push(handle);
+        let (inner, running) = (Arc::clone(&self.inner), Arc::clone(&turn));
+        let spawned = if self.inner.settings.fault == Some(Fault::NoThreadForAttempt) {
+            Err(std::io::Error::other(
+                "injected fault: no thread for the attempt",
+            ))
+        } else {
+            thread::Builder::new()
+                .name("brain-attempt".into())
+                .spawn(move || super::attempt::run_guarded(&inner, &running, model))
+        };
+        match spawned {
+            Ok(handle) => {
+                let mut workers = lock(&self.inner.workers);
+                workers.retain(|h| !h.is_finished());
+                workers.push(handle);
+            }
+            Err(e) => super::attempt::end_internal(
+                &self.inner,
+                &turn,
+                &format!("cannot start the attempt's thread: {e}"),
+            ),
+        }
         subscription
     }
 
@@ -284,7 +349,7 @@ impl Engine {
             .map(|t| (t.turn, t.attempt))
     }
 
-    fn accepting(&self) -> Result<(), EngineError> {
+    pub(super) fn accepting(&self) -> Result<(), EngineError> {
         if self.inner.accepting.load(Ordering::SeqCst) {
             Ok(())
         } else {
@@ -319,16 +384,56 @@ impl Engine {
     }
 }
 
-/// Waits for threads until `until`; returns how many were still running.
-impl Inner {
-    /// Keeps a post-turn job so shutdown can wait for it.
-    pub(super) fn track_background(&self, handle: JoinHandle<()>) {
-        let mut jobs = lock(&self.background);
-        jobs.retain(|h| !h.is_finished());
-        jobs.push(handle);
+/// A post-turn job's claim on titling one session; released on drop.
+pub(super) struct TitleClaim<'a> {
+    inner: &'a Inner,
+    id: SessionId,
+}
+
+impl Drop for TitleClaim<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.titling).remove(&self.id);
     }
 }
 
+impl Inner {
+    /// Claims the session's titling, unless another job holds it (overlapping post-turn
+    /// jobs would each ask for a title).
+    pub(super) fn claim_title(&self, id: SessionId) -> Option<TitleClaim<'_>> {
+        let claimed = lock(&self.titling).insert(id);
+        // Built only when claimed: dropping an unclaimed one would release another's.
+        claimed.then(|| TitleClaim { inner: self, id })
+    }
+
+    /// Whether shutdown has begun: background work gives up.
+    pub(super) fn shutting_down(&self) -> bool {
+        !self.accepting.load(Ordering::SeqCst)
+    }
+
+    /// Starts a post-turn job on a thread of its own, kept so shutdown can wait for it;
+    /// refused past [`EngineSettings::max_background_jobs`] or when no thread can be had.
+    pub(super) fn spawn_background(
+        &self,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<(), String> {
+        let mut jobs = lock(&self.background);
+        jobs.retain(|h| !h.is_finished());
+        let limit = self.settings.max_background_jobs;
+        if jobs.len() >= limit {
+            return Err(format!(
+                "{limit} post-turn jobs are running, the most allowed"
+            ));
+        }
+        let handle = thread::Builder::new()
+            .name("brain-post-turn".into())
+            .spawn(job)
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        jobs.push(handle);
+        Ok(())
+    }
+}
+
+/// Waits for threads until `until`; returns how many were still running.
 fn wait_all(handles: Vec<JoinHandle<()>>, until: Instant) -> usize {
     let mut left = handles;
     while !left.is_empty() && Instant::now() < until {
@@ -340,470 +445,4 @@ fn wait_all(handles: Vec<JoinHandle<()>>, until: Instant) -> usize {
         let _ = h.join();
     }
     unfinished
-}
-
-/// What the stream produced, kept for the checkpoints and the ending.
-#[derive(Default)]
-struct Streamed {
-    text: String,
-    reasoning: String,
-    saved_text: usize,
-    saved_reasoning: usize,
-    last_checkpoint_seq: Option<u64>,
-    usage: Option<Usage>,
-    finish_reason: Option<String>,
-}
-
-/// Why the stream stopped.
-enum Stopped {
-    Completed,
-    Error(ProviderError),
-    ByUser,
-    Shutdown,
-    Overflow(String),
-    Store(StoreError),
-}
-
-/// The model serving this attempt and its budget.
-struct Serving {
-    model: String,
-    budget: Budget,
-}
-
-fn run_attempt(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
-    turn.push(Frame::Turn {
-        session_id: turn.session_id.to_string(),
-        turn: turn.turn,
-        attempt: turn.attempt,
-    });
-    let started = Instant::now();
-    let mut out = Streamed::default();
-    let (serving, stopped) = match prepare(inner, turn, model) {
-        Ok((serving, request)) => {
-            let stopped = stream(inner, turn, &request, &mut out);
-            (Some(serving), stopped)
-        }
-        Err(stopped) => (None, stopped),
-    };
-    let model = serving
-        .as_ref()
-        .map(|s| s.model.clone())
-        .unwrap_or_default();
-    let end = end_attempt(inner, turn, &model, &out, stopped, started.elapsed());
-    let completed = matches!(
-        &end,
-        Frame::End {
-            status: EndStatus::Completed,
-            ..
-        }
-    );
-    turn.finish(end);
-    if let Some(s) = serving {
-        super::post_turn::spawn(
-            inner,
-            turn.session_id,
-            turn.turn,
-            turn.attempt,
-            completed,
-            s.model,
-            s.budget,
-        );
-    }
-}
-
-/// Picks the model, compacts before sending (I4), and builds the request.
-fn prepare(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    model: Option<String>,
-) -> Result<(Serving, ChatRequest), Stopped> {
-    let s = &inner.settings;
-    let configured = model.or_else(|| s.chat_model.clone());
-    let model = inner
-        .provider
-        .resolve_model(configured.as_deref())
-        .map_err(Stopped::Error)?;
-    let is_chat_model = s.chat_model.as_deref().is_none_or(|m| m == model);
-    let window = inner
-        .provider
-        .window(&model, s.context_window.filter(|_| is_chat_model));
-    let budget = Budget {
-        window: window.tokens,
-        compact_at: s.compact_at,
-        output_reserve: s.max_output_tokens.map_or(0, u64::from),
-    };
-    let (_, tokens) = inner
-        .compactor
-        .estimate(turn.session_id)
-        .map_err(compaction_stop)?;
-    if budget.over_trigger(tokens) {
-        turn.push(Frame::Status {
-            phase: Phase::Compacting,
-        });
-        let summarizer = summarizer(inner, &model, budget.window);
-        inner
-            .compactor
-            .pre_send(turn.session_id, budget, &summarizer)
-            .map_err(compaction_stop)?;
-    }
-    let events = inner
-        .store
-        .events_for_context(turn.session_id)
-        .map_err(Stopped::Store)?;
-    let ctx = llm_request(&events, turn.turn);
-    let estimate = inner.estimator.context(&ctx).total;
-    if budget.over_limit(estimate) {
-        return Err(Stopped::Overflow(format!(
-            "the request is {estimate} tokens; the model's window allows {}",
-            budget.limit_tokens()
-        )));
-    }
-    let request = ChatRequest {
-        model: model.clone(),
-        system: ctx.system,
-        messages: ctx
-            .messages
-            .into_iter()
-            .map(|m| {
-                let role = match m.role {
-                    Role::User => ChatRole::User,
-                    Role::Assistant => ChatRole::Assistant,
-                };
-                (role, m.content)
-            })
-            .collect(),
-        max_tokens: s.max_output_tokens,
-        temperature: s.temperature,
-    };
-    Ok((Serving { model, budget }, request))
-}
-
-fn compaction_stop(e: CompactionError) -> Stopped {
-    match e {
-        CompactionError::Store(s) => Stopped::Store(s),
-        other => Stopped::Overflow(other.to_string()),
-    }
-}
-
-/// The summarize model as compaction's summarizer; its window is the chat window when it
-/// is the chat model.
-pub(super) fn summarizer<'a>(
-    inner: &'a Inner,
-    chat_model: &str,
-    chat_window: u64,
-) -> ProviderSummarizer<'a> {
-    let model = inner
-        .settings
-        .summarize_model
-        .clone()
-        .unwrap_or_else(|| chat_model.to_owned());
-    let window = if model == chat_model {
-        chat_window
-    } else {
-        inner.provider.window(&model, None).tokens
-    };
-    ProviderSummarizer {
-        provider: &inner.provider,
-        model,
-        window,
-    }
-}
-
-/// Streams the request, relaying frames and checkpointing new text.
-fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Streamed) -> Stopped {
-    turn.push(Frame::Status {
-        phase: Phase::Waiting,
-    });
-    let mut stream = inner.provider.stream_chat(request);
-    let interval = inner.settings.checkpoint_interval;
-    let mut last_checkpoint = Instant::now();
-    let mut streaming = false;
-    loop {
-        if turn.stop_requested() {
-            return if turn.shutdown_requested() {
-                Stopped::Shutdown
-            } else {
-                Stopped::ByUser
-            };
-        }
-        let wait = interval
-            .saturating_sub(last_checkpoint.elapsed())
-            .min(STOP_POLL);
-        match stream.poll(wait) {
-            Poll::Event(Ok(ev)) => {
-                if !streaming && matches!(ev, StreamEvent::Text(_) | StreamEvent::Reasoning(_)) {
-                    streaming = true;
-                    turn.push(Frame::Status {
-                        phase: Phase::Streaming,
-                    });
-                }
-                relay(turn, ev, out);
-            }
-            Poll::Event(Err(e)) => return Stopped::Error(e),
-            Poll::Done => return Stopped::Completed,
-            Poll::Idle => {}
-        }
-        if last_checkpoint.elapsed() >= interval {
-            if let Err(e) = checkpoint(inner, turn, out) {
-                return Stopped::Store(e);
-            }
-            last_checkpoint = Instant::now();
-        }
-    }
-}
-
-fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
-    match ev {
-        StreamEvent::Text(t) => {
-            out.text.push_str(&t);
-            turn.push(Frame::Chunk { text: t });
-        }
-        StreamEvent::Reasoning(r) => {
-            out.reasoning.push_str(&r);
-            turn.push(Frame::Reasoning { text: r });
-        }
-        StreamEvent::Usage(u) => {
-            out.usage = Some(u);
-            turn.push(Frame::Usage(u));
-        }
-        StreamEvent::Finish(f) => out.finish_reason = Some(f),
-    }
-}
-
-/// Appends a `pending_state` with what arrived since the last one, if anything did.
-fn checkpoint(inner: &Inner, turn: &ActiveTurn, out: &mut Streamed) -> Result<(), StoreError> {
-    let text = &out.text[out.saved_text..];
-    let reasoning = &out.reasoning[out.saved_reasoning..];
-    if text.is_empty() && reasoning.is_empty() {
-        return Ok(());
-    }
-    let payload = Payload::PendingState(PendingState {
-        turn: turn.turn,
-        attempt: turn.attempt,
-        text: text.to_owned(),
-        reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
-    });
-    let seq = inner.store.append(turn.session_id, &payload)?.seq;
-    out.saved_text = out.text.len();
-    out.saved_reasoning = out.reasoning.len();
-    out.last_checkpoint_seq = Some(seq);
-    turn.push(Frame::Checkpoint { seq });
-    Ok(())
-}
-
-/// Writes what ends the attempt (SPEC §6's table) and returns its `end` frame.
-fn end_attempt(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    model: &str,
-    out: &Streamed,
-    stopped: Stopped,
-    took: Duration,
-) -> Frame {
-    let provider = inner.provider.base_url().to_owned();
-    let (code, message, retryable) = match &stopped {
-        Stopped::Completed if !out.text.is_empty() => {
-            return complete(inner, turn, model, out, took);
-        }
-        Stopped::Completed => (
-            "empty_answer".to_owned(),
-            "the model answered with no text".to_owned(),
-            true,
-        ),
-        Stopped::Error(e) => (e.code().to_owned(), e.to_string(), e.retryable()),
-        Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
-        Stopped::Shutdown => (
-            "shutdown".to_owned(),
-            "the server shut down".to_owned(),
-            true,
-        ),
-        Stopped::Overflow(why) => ("context_overflow".to_owned(), why.clone(), false),
-        Stopped::Store(e) => {
-            eprintln!("brain: turn of {}: database error: {e}", turn.session_id);
-            (
-                "internal".to_owned(),
-                "the database failed".to_owned(),
-                true,
-            )
-        }
-    };
-    if !matches!(stopped, Stopped::ByUser | Stopped::Shutdown) || code == "empty_answer" {
-        turn.push(Frame::Error {
-            code: code.clone(),
-            message: message.clone(),
-            retryable,
-        });
-    }
-    let interrupted = !out.text.is_empty() && code != "empty_answer";
-    let written = if interrupted {
-        final_checkpoint(inner, turn, out)
-    } else {
-        let failed = Payload::TurnFailed(TurnFailed {
-            turn: turn.turn,
-            attempt: turn.attempt,
-            code: code.clone(),
-            message,
-            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
-        });
-        inner
-            .store
-            .append(turn.session_id, &failed)
-            .map(|e| Some(e.seq))
-    };
-    let seq = written.unwrap_or_else(|e| {
-        eprintln!(
-            "brain: turn of {}: could not record its end: {e}",
-            turn.session_id
-        );
-        None
-    });
-    if !model.is_empty() {
-        let status = if interrupted {
-            CallStatus::Interrupted
-        } else {
-            CallStatus::Error
-        };
-        record_chat(inner, turn, model, out, took, status, Some(&code));
-    }
-    Frame::End {
-        status: if interrupted {
-            EndStatus::Interrupted
-        } else {
-            EndStatus::Failed
-        },
-        seq,
-        provider,
-        model: model.to_owned(),
-        usage: out.usage,
-        finish_reason: out.finish_reason.clone(),
-    }
-}
-
-/// The last checkpoint of an interrupted attempt: whatever was not saved yet.
-fn final_checkpoint(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    out: &Streamed,
-) -> Result<Option<u64>, StoreError> {
-    let mut rest = Streamed {
-        text: out.text.clone(),
-        reasoning: out.reasoning.clone(),
-        saved_text: out.saved_text,
-        saved_reasoning: out.saved_reasoning,
-        last_checkpoint_seq: out.last_checkpoint_seq,
-        ..Streamed::default()
-    };
-    checkpoint(inner, turn, &mut rest)?;
-    Ok(rest.last_checkpoint_seq)
-}
-
-/// A completed attempt: its ledger row and its `assistant_turn`, in one transaction.
-fn complete(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    model: &str,
-    out: &Streamed,
-    took: Duration,
-) -> Frame {
-    let provider = inner.provider.base_url().to_owned();
-    let usage = out.usage.unwrap_or_default();
-    let written = inner.store.write(|w| {
-        let ledger_id = w.record_call(&chat_entry(
-            turn,
-            &provider,
-            model,
-            usage,
-            took,
-            CallStatus::Ok,
-            None,
-        ))?;
-        let answer = Payload::AssistantTurn(AssistantTurn {
-            turn: turn.turn,
-            attempt: turn.attempt,
-            text: out.text.clone(),
-            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
-            provider: provider.clone(),
-            model: model.to_owned(),
-            finish_reason: out.finish_reason.clone(),
-            usage,
-            duration_ms: took.as_millis() as u64,
-            ledger_id: Some(ledger_id),
-        });
-        Ok(w.append(turn.session_id, &answer)?.seq)
-    });
-    match written {
-        Ok(seq) => Frame::End {
-            status: EndStatus::Completed,
-            seq: Some(seq),
-            provider,
-            model: model.to_owned(),
-            usage: out.usage,
-            finish_reason: out.finish_reason.clone(),
-        },
-        Err(e) => {
-            // The answer could not be stored: what the checkpoints hold is the partial.
-            eprintln!(
-                "brain: turn of {}: could not store the answer: {e}",
-                turn.session_id
-            );
-            turn.push(Frame::Error {
-                code: "internal".into(),
-                message: "the answer could not be stored".into(),
-                retryable: true,
-            });
-            let seq = final_checkpoint(inner, turn, out).ok().flatten();
-            Frame::End {
-                status: EndStatus::Interrupted,
-                seq,
-                provider,
-                model: model.to_owned(),
-                usage: out.usage,
-                finish_reason: out.finish_reason.clone(),
-            }
-        }
-    }
-}
-
-fn chat_entry(
-    turn: &ActiveTurn,
-    provider: &str,
-    model: &str,
-    usage: Usage,
-    took: Duration,
-    status: CallStatus,
-    code: Option<&str>,
-) -> LedgerEntry {
-    LedgerEntry {
-        session_id: Some(turn.session_id),
-        purpose: Purpose::Chat,
-        provider: provider.to_owned(),
-        model: model.to_owned(),
-        usage,
-        latency_ms: took.as_millis() as u64,
-        status,
-        error_code: code.map(str::to_owned),
-    }
-}
-
-fn record_chat(
-    inner: &Inner,
-    turn: &ActiveTurn,
-    model: &str,
-    out: &Streamed,
-    took: Duration,
-    status: CallStatus,
-    code: Option<&str>,
-) {
-    let entry = chat_entry(
-        turn,
-        inner.provider.base_url(),
-        model,
-        out.usage.unwrap_or_default(),
-        took,
-        status,
-        code,
-    );
-    if let Err(e) = inner.store.record_call(&entry) {
-        eprintln!("brain: could not record a chat call in the ledger: {e}");
-    }
 }

@@ -1,6 +1,12 @@
 //! The frames a turn streams to its subscribers (SPEC §8), and the registry entry that
 //! keeps them: an attempt's frames are kept from its start, so a subscriber that attaches
 //! late gets all of them, then the live ones.
+//!
+//! What is kept is bounded by the answer, not by how it was cut up: the first
+//! [`KEPT_TEXT_FRAME_BYTES`] of text stay as the frames they arrived in; past that, text is
+//! appended to one buffer (consecutive chunks, or reasoning, becoming one entry), and a
+//! subscriber reads it from there in frames of at most [`REPLAY_FRAME_BYTES`]. Every
+//! subscriber still gets the whole text exactly once, in order, then `end`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -9,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::session::SessionId;
+use crate::session::compactor::Interrupt;
 use crate::session::events::Usage;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -66,9 +73,62 @@ pub enum Frame {
     },
 }
 
+/// Text kept as the frames it arrived in, per attempt; past it, text is kept once in a
+/// buffer (a 3 MB answer in 3-byte chunks would otherwise hold a million frames).
+pub const KEPT_TEXT_FRAME_BYTES: usize = 256 * 1024;
+/// The largest frame a subscriber is given from the buffered text.
+pub const REPLAY_FRAME_BYTES: usize = 64 * 1024;
+
+/// One kept item: a frame, or a run of buffered text (`start..end` of `Log::text`).
+enum Entry {
+    Frame(Frame),
+    Text {
+        reasoning: bool,
+        start: usize,
+        end: usize,
+    },
+}
+
 struct Log {
-    frames: Vec<Frame>,
+    entries: Vec<Entry>,
+    /// Text past the framed budget, each byte once.
+    text: String,
+    /// Bytes of text kept as frames so far.
+    framed_text_bytes: usize,
     ended_at: Option<Instant>,
+}
+
+impl Log {
+    fn keep(&mut self, frame: Frame) {
+        let (reasoning, text) = match &frame {
+            Frame::Chunk { text } => (false, text),
+            Frame::Reasoning { text } => (true, text),
+            _ => {
+                self.entries.push(Entry::Frame(frame));
+                return;
+            }
+        };
+        if self.framed_text_bytes + text.len() <= KEPT_TEXT_FRAME_BYTES {
+            self.framed_text_bytes += text.len();
+            self.entries.push(Entry::Frame(frame));
+            return;
+        }
+        let start = self.text.len();
+        self.text.push_str(text);
+        let end = self.text.len();
+        match self.entries.last_mut() {
+            Some(Entry::Text {
+                reasoning: r,
+                end: e,
+                ..
+            }) if *r == reasoning => *e = end,
+            _ => self.entries.push(Entry::Text {
+                reasoning,
+                start,
+                end,
+            }),
+        }
+    }
 }
 
 /// One attempt in flight (or recently ended), owned by the engine, not by any client.
@@ -89,7 +149,9 @@ impl ActiveTurn {
             turn,
             attempt,
             log: Mutex::new(Log {
-                frames: Vec::new(),
+                entries: Vec::new(),
+                text: String::new(),
+                framed_text_bytes: 0,
                 ended_at: None,
             }),
             changed: Condvar::new(),
@@ -103,14 +165,14 @@ impl ActiveTurn {
     }
 
     pub fn push(&self, frame: Frame) {
-        self.lock().frames.push(frame);
+        self.lock().keep(frame);
         self.changed.notify_all();
     }
 
     /// Ends the attempt: from now on it is not active, and `end` is its last frame.
     pub fn finish(&self, end: Frame) {
         let mut log = self.lock();
-        log.frames.push(end);
+        log.keep(end);
         log.ended_at = Some(Instant::now());
         drop(log);
         self.changed.notify_all();
@@ -144,17 +206,30 @@ impl ActiveTurn {
         self.shutdown.load(Ordering::SeqCst)
     }
 
+    /// Why the attempt must end now, if it must.
+    pub fn interrupt(&self) -> Option<Interrupt> {
+        if self.shutdown_requested() {
+            Some(Interrupt::Shutdown)
+        } else if self.stop_requested() {
+            Some(Interrupt::Stopped)
+        } else {
+            None
+        }
+    }
+
     /// A subscriber that starts from the attempt's first frame.
     pub fn subscribe(self: &Arc<Self>) -> Subscription {
         Subscription {
             turn: Arc::clone(self),
             next: 0,
+            offset: 0,
         }
     }
 
-    /// Every frame so far.
-    pub fn frames(&self) -> Vec<Frame> {
-        self.lock().frames.clone()
+    /// How many items are kept (frames, and runs of buffered text): bounded by
+    /// [`KEPT_TEXT_FRAME_BYTES`], not by the number of chunks.
+    pub fn frame_count(&self) -> usize {
+        self.lock().entries.len()
     }
 }
 
@@ -171,7 +246,10 @@ pub enum Next {
 /// One reader of an attempt's frames. Dropping it does not affect the attempt.
 pub struct Subscription {
     turn: Arc<ActiveTurn>,
+    /// The next entry to read.
     next: usize,
+    /// How far into the buffered text this subscriber has read.
+    offset: usize,
 }
 
 impl Subscription {
@@ -182,13 +260,13 @@ impl Subscription {
     /// The next frame, waiting at most `wait` for one.
     pub fn next_frame(&mut self, wait: Duration) -> Next {
         let deadline = Instant::now() + wait;
-        let mut log = self.turn.lock();
+        let turn = Arc::clone(&self.turn);
+        let mut log = turn.lock();
         loop {
-            if let Some(f) = log.frames.get(self.next) {
-                self.next += 1;
-                return Next::Frame(f.clone());
+            if let Some(f) = self.read(&log) {
+                return Next::Frame(f);
             }
-            if log.ended_at.is_some() {
+            if self.next >= log.entries.len() && log.ended_at.is_some() {
                 return Next::Ended;
             }
             let now = Instant::now();
@@ -201,6 +279,45 @@ impl Subscription {
                 .wait_timeout(log, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+        }
+    }
+}
+
+impl Subscription {
+    /// The next frame already kept, if there is one.
+    fn read(&mut self, log: &Log) -> Option<Frame> {
+        loop {
+            match log.entries.get(self.next)? {
+                Entry::Frame(f) => {
+                    self.next += 1;
+                    return Some(f.clone());
+                }
+                &Entry::Text {
+                    reasoning,
+                    start,
+                    end,
+                } => {
+                    let from = self.offset.max(start);
+                    if from < end {
+                        let mut to = end.min(from + REPLAY_FRAME_BYTES);
+                        while !log.text.is_char_boundary(to) {
+                            to -= 1;
+                        }
+                        self.offset = to;
+                        let text = log.text[from..to].to_owned();
+                        return Some(if reasoning {
+                            Frame::Reasoning { text }
+                        } else {
+                            Frame::Chunk { text }
+                        });
+                    }
+                    // Read to its end; it may still grow while it is the newest entry.
+                    if self.next + 1 == log.entries.len() {
+                        return None;
+                    }
+                    self.next += 1;
+                }
+            }
         }
     }
 }
@@ -271,5 +388,67 @@ mod tests {
         assert_eq!(late.len(), 3);
         assert_eq!(early.count(), 2);
         assert!(t.is_done());
+    }
+
+    fn text_of(frames: &[Frame]) -> String {
+        frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Chunk { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_long_answer_keeps_its_text_once_and_every_subscriber_reads_it_whole() {
+        let t = Arc::new(ActiveTurn::new(SessionId::generate(), 2, 1));
+        let mut early = t.subscribe();
+        let mut early_frames = Vec::new();
+        let mut sent = String::new();
+        // 1 MiB in 10-byte chunks (multi-byte characters included), a checkpoint now and
+        // then; the early subscriber reads along, now and then.
+        for i in 0..100_000 {
+            let piece = if i % 7 == 0 {
+                "héllo wör "
+            } else {
+                "0123456789"
+            };
+            sent.push_str(piece);
+            t.push(Frame::Chunk { text: piece.into() });
+            if i % 5_000 == 0 {
+                t.push(Frame::Checkpoint { seq: i });
+            }
+            if i % 3_333 == 0 {
+                while let Next::Frame(f) = early.next_frame(Duration::ZERO) {
+                    early_frames.push(f);
+                }
+            }
+        }
+        t.finish(Frame::Status {
+            phase: Phase::Waiting,
+        });
+        early_frames.extend(early);
+        let late: Vec<Frame> = t.subscribe().collect();
+        for frames in [&early_frames, &late] {
+            assert_eq!(text_of(frames), sent, "the whole text, once, in order");
+            let checkpoints: Vec<u64> = frames
+                .iter()
+                .filter_map(|f| match f {
+                    Frame::Checkpoint { seq } => Some(*seq),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(checkpoints, (0..100_000).step_by(5_000).collect::<Vec<_>>());
+            assert!(matches!(frames.last(), Some(Frame::Status { .. })));
+        }
+        // Kept: the framed budget's chunks, then a few runs of text between checkpoints.
+        let budget_frames = KEPT_TEXT_FRAME_BYTES / 10;
+        assert!(t.frame_count() < budget_frames + 100, "{}", t.frame_count());
+        assert!(late.len() < budget_frames + 100, "{}", late.len());
+        assert!(late.iter().all(|f| match f {
+            Frame::Chunk { text } => text.len() <= REPLAY_FRAME_BYTES,
+            _ => true,
+        }));
     }
 }

@@ -3,10 +3,15 @@
 //!
 //! - [`engine`]: the turn engine: one attempt per session at a time (I7), owned by the
 //!   server and not by a connection (I8), durable at every step (I2, I5).
+//! - `attempt` and `end`: one attempt, from preparing its request to its ending.
+//! - [`compact`]: compaction by hand.
 //! - [`frames`]: what an attempt streams, kept for late subscribers.
 //! - [`summarizer`]: the provider as compaction's summarizer.
 //! - [`post_turn`]: distillation and the automatic title.
 
+mod attempt;
+pub mod compact;
+mod end;
 pub mod engine;
 pub mod frames;
 pub mod post_turn;

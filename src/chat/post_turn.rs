@@ -4,15 +4,15 @@
 //! ledger.
 
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::engine::{Inner, summarizer};
+use super::engine::Inner;
+use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError};
 use crate::session::SessionId;
-use crate::session::compactor::{Budget, CompactionError, PassOutcome};
+use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
 use crate::session::events::{Decoded, MemoryFailure, Payload, TitledBy, TurnMemory, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 
@@ -52,7 +52,7 @@ pub(super) fn spawn(
     budget: Budget,
 ) {
     let job = Arc::clone(inner);
-    let handle = thread::spawn(move || {
+    let started = inner.spawn_background(move || {
         let exchange = if completed {
             exchange(&job, id, turn, attempt)
         } else {
@@ -62,18 +62,29 @@ pub(super) fn spawn(
             distill(&job, id, turn, attempt, text, &model);
         }
         let s = summarizer(&job, &model, budget.window);
-        match job.compactor.post_persist(id, budget, &s) {
-            Ok(
-                PassOutcome::Fits { .. } | PassOutcome::Compacted { .. } | PassOutcome::Superseded,
+        let interrupted = || job.shutting_down().then_some(Interrupt::Shutdown);
+        match job.compactor.post_persist(
+            id,
+            budget,
+            &s,
+            &Bounds::within(job.settings.compaction_timeout, &interrupted),
+        ) {
+            Ok(_) => {}
+            Err(
+                CompactionError::BackingOff(_)
+                | CompactionError::Refused(_)
+                | CompactionError::Interrupted(_),
             ) => {}
-            Err(CompactionError::BackingOff(_) | CompactionError::Refused(_)) => {}
             Err(e) => eprintln!("brain: post-turn compaction of {id}: {e}"),
         }
         if let Some(text) = &exchange {
             auto_title(&job, id, text, &model);
         }
     });
-    inner.track_background(handle);
+    // Best-effort work: skipped (and said so) rather than failing anything.
+    if let Err(why) = started {
+        eprintln!("brain: post-turn work of {id} skipped: {why}");
+    }
 }
 
 /// "User: …\n\nAssistant: …" for the turn's user message and this attempt's answer.
@@ -219,6 +230,10 @@ pub fn clean_title(reply: &str) -> Option<String> {
 }
 
 fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
+    // Another job titling this session now will do (or has done) it.
+    let Some(_claim) = inner.claim_title(id) else {
+        return;
+    };
     match inner.store.session(id) {
         Ok(s) if s.title.is_none() => {}
         _ => return,

@@ -1,17 +1,27 @@
 //! A provider model as compaction's [`Summarizer`].
+//!
+//! The provider's whole-completion call blocks until it answers or its timeout passes, so
+//! it runs on a short-lived thread of its own while the compaction's caller watches its
+//! [`Bounds`]: a `/stop`, a shutdown or the compaction's deadline end the wait at once. An
+//! abandoned call's thread ends by its own timeout (the compaction's time left), so a hung
+//! summariser holds at most one thread for at most that long.
 
-use crate::provider::{ChatRequest, ChatRole, Provider};
-use crate::session::compactor::run::{SUMMARY_TIMEOUT, SummaryOutput};
-use crate::session::compactor::{Summarizer, SummaryInput};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+
+use super::engine::{Inner, STOP_POLL};
+use crate::provider::{ChatRequest, ChatRole, Completion, Provider, ProviderError};
+use crate::session::compactor::{Bounds, Summarizer, SummaryError, SummaryInput, SummaryOutput};
 
 /// The summarize model of a provider, with its window.
-pub struct ProviderSummarizer<'a> {
-    pub provider: &'a Provider,
+pub struct ProviderSummarizer {
+    pub provider: Arc<Provider>,
     pub model: String,
     pub window: u64,
 }
 
-impl Summarizer for ProviderSummarizer<'_> {
+impl Summarizer for ProviderSummarizer {
     fn model(&self) -> String {
         self.model.clone()
     }
@@ -24,7 +34,11 @@ impl Summarizer for ProviderSummarizer<'_> {
         self.window
     }
 
-    fn summarize(&self, input: &SummaryInput) -> Result<SummaryOutput, (String, String)> {
+    fn summarize(
+        &self,
+        input: &SummaryInput,
+        bounds: &Bounds<'_>,
+    ) -> Result<SummaryOutput, SummaryError> {
         let req = ChatRequest {
             model: self.model.clone(),
             system: input.system.clone(),
@@ -32,13 +46,74 @@ impl Summarizer for ProviderSummarizer<'_> {
             max_tokens: Some(u32::try_from(input.max_tokens).unwrap_or(u32::MAX)),
             temperature: None,
         };
-        self.provider
-            .complete(&req, SUMMARY_TIMEOUT)
-            .map(|c| SummaryOutput {
-                text: c.text,
-                finish_reason: c.finish_reason,
-                usage: c.usage,
+        let timeout = bounds.left();
+        if timeout.is_zero() {
+            return Err(SummaryError::TimedOut);
+        }
+        let (tx, rx) = mpsc::channel();
+        let provider = Arc::clone(&self.provider);
+        thread::Builder::new()
+            .name("brain-summarize".into())
+            .spawn(move || {
+                // The receiver may be gone (the compaction was cut short): nothing to do.
+                let _ = tx.send(provider.complete(&req, timeout));
             })
-            .map_err(|e| (e.code().to_owned(), e.to_string()))
+            .map_err(|e| SummaryError::Failed {
+                code: "internal".into(),
+                message: format!("cannot start the summarizer call: {e}"),
+            })?;
+        loop {
+            if let Some(i) = bounds.interrupted() {
+                return Err(SummaryError::Interrupted(i));
+            }
+            match rx.recv_timeout(STOP_POLL.min(bounds.left())) {
+                Ok(answer) => return summary(answer),
+                Err(RecvTimeoutError::Timeout) if bounds.left().is_zero() => {
+                    return Err(SummaryError::TimedOut);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(SummaryError::Failed {
+                        code: "internal".into(),
+                        message: "the summarizer call ended without an answer".into(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn summary(answer: Result<Completion, ProviderError>) -> Result<SummaryOutput, SummaryError> {
+    match answer {
+        Ok(c) => Ok(SummaryOutput {
+            text: c.text,
+            finish_reason: c.finish_reason,
+            usage: c.usage,
+        }),
+        Err(ProviderError::Timeout(_)) => Err(SummaryError::TimedOut),
+        Err(e) => Err(SummaryError::Failed {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// The summarize model as compaction's summarizer; its window is the chat window when it
+/// is the chat model.
+pub(super) fn summarizer(inner: &Inner, chat_model: &str, chat_window: u64) -> ProviderSummarizer {
+    let model = inner
+        .settings
+        .summarize_model
+        .clone()
+        .unwrap_or_else(|| chat_model.to_owned());
+    let window = if model == chat_model {
+        chat_window
+    } else {
+        inner.provider.window(&model, None).tokens
+    };
+    ProviderSummarizer {
+        provider: Arc::clone(&inner.provider),
+        model,
+        window,
     }
 }

@@ -246,10 +246,15 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Compact a session now (whatever its size) and print its tokens before and after
+    /// Compact a session now (whatever its size) and print its tokens before and after;
+    /// through the running server when one holds the database
     Compact {
         /// The session id
         id: String,
+        /// The server's bearer token, when it has one
+        #[arg(long, env = "BRAIN_API_TOKEN")]
+        api_token: Option<String>,
+        /// Settings for compacting in-process (used only when no server holds the database)
         #[command(flatten)]
         provider: ProviderArgs,
     },
@@ -344,7 +349,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Backup { path } => backup(cli.db, sync, &path, out),
         Command::Sessions(cmd) => {
             let db = resolve_db_path(cli.db)?;
-            if let SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } = cmd {
+            if let SessionsCommand::Compact { id, api_token, .. } = &cmd {
+                if let Some(url) = serve::server_holding(&db) {
+                    return sessions::compact_on_server(&url, id, api_token.as_deref(), out);
+                }
+            }
+            if let SessionsCommand::Import { .. } = cmd {
                 serve::ensure_not_served(&db, "change its sessions from the command line")?;
             }
             sessions::run(open_store(Some(db), sync)?, cmd, out)

@@ -2,14 +2,15 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
-use crate::chat::summarizer::ProviderSummarizer;
+use crate::chat::compact::CompactReport;
+use crate::chat::engine::{Engine, EngineError};
 use crate::provider::Provider;
-use crate::session::compactor::{Budget, Compactor, PassOutcome};
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow, Store};
@@ -22,7 +23,9 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
     let shared = Arc::new(store);
     let store = shared.as_ref();
     match cmd {
-        SessionsCommand::Compact { id, provider } => compact(&shared, id.parse()?, &provider, out),
+        SessionsCommand::Compact { id, provider, .. } => {
+            compact(&shared, id.parse()?, &provider, out)
+        }
         SessionsCommand::Export {
             id,
             all: _,
@@ -395,54 +398,80 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
     out
 }
 
-/// `brain sessions compact ID`: one compaction pass now, whatever the session's size.
+/// `brain sessions compact ID` in-process: one compaction pass now, whatever the
+/// session's size and backoff (the engine's compaction by hand).
 fn compact(
     store: &Arc<Store>,
     id: SessionId,
     args: &ProviderArgs,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    store.session(id)?;
-    let provider = Provider::new(args.provider_config());
-    let chat_model = provider.resolve_model(args.model.as_deref())?;
-    let summarize_model = args
-        .summarize_model
-        .clone()
-        .unwrap_or_else(|| chat_model.clone());
-    let chat_window = provider.window(&chat_model, args.context_window);
-    let override_for_summarizer = args
-        .context_window
-        .filter(|_| summarize_model == chat_model);
-    let summarizer = ProviderSummarizer {
-        window: provider
-            .window(&summarize_model, override_for_summarizer)
-            .tokens,
-        provider: &provider,
-        model: summarize_model,
+    let provider = Arc::new(Provider::new(args.provider_config()));
+    let engine = Engine::new(Arc::clone(store), provider, args.engine_settings());
+    let report = engine.compact(id).map_err(|e| match e {
+        EngineError::Store(s) => CliError::Store(s),
+        other => CliError::Serve(other.to_string()),
+    })?;
+    print_compaction(id, &report, out)
+}
+
+/// How long `brain sessions compact` waits for the server: its compaction deadline and
+/// some slack.
+const COMPACT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `brain sessions compact ID` through the server that holds the database
+/// (`POST /v1/sessions/{id}/compact`).
+pub fn compact_on_server(
+    url: &str,
+    id: &str,
+    token: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let id: SessionId = id.parse()?;
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(COMPACT_REQUEST_TIMEOUT))
+        .build()
+        .new_agent();
+    let address = format!("{}/v1/sessions/{id}/compact", url.trim_end_matches('/'));
+    let mut request = agent.post(&address);
+    if let Some(t) = token {
+        request = request.header("Authorization", &format!("Bearer {t}"));
+    }
+    let unreachable = |e: &dyn std::fmt::Display| {
+        CliError::Serve(format!(
+            "the brain server at {url} holds the database, but: {e}"
+        ))
     };
-    let budget = Budget {
-        window: chat_window.tokens,
-        compact_at: args.compact_at,
-        output_reserve: args.max_output_tokens.map_or(0, u64::from),
-    };
-    let compactor = Compactor::new(Arc::clone(store), Arc::new(Estimator::new()));
-    match compactor.pass(id, budget, &summarizer, true)? {
-        PassOutcome::Compacted {
-            seq,
-            tokens_before,
-            tokens_after,
-        } => writeln!(
+    let resp = request.send_empty().map_err(|e| unreachable(&e))?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .into_body()
+        .read_to_string()
+        .map_err(|e| unreachable(&e))?;
+    if status != 200 {
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let message = body["message"].as_str().unwrap_or("it refused").to_owned();
+        return Err(CliError::Serve(format!("the server at {url}: {message}")));
+    }
+    let report: CompactReport = serde_json::from_str(&text)
+        .map_err(|e| unreachable(&format!("an unexpected answer ({e})")))?;
+    print_compaction(id, &report, out)
+}
+
+fn print_compaction(id: SessionId, r: &CompactReport, out: &mut dyn Write) -> Result<(), CliError> {
+    let (before, after) = (r.tokens_before, r.tokens_after);
+    let budget = format!(
+        "window {} from {}, trigger {}",
+        r.window, r.window_source, r.trigger_tokens
+    );
+    if r.compacted {
+        writeln!(out, "compacted {id}: {before} → {after} tokens ({budget})")?;
+    } else {
+        writeln!(
             out,
-            "compacted {id}: {tokens_before} → {tokens_after} tokens (event #{seq}; window {} from {}, trigger {})",
-            budget.window,
-            chat_window.source,
-            budget.trigger_tokens()
-        )?,
-        PassOutcome::Superseded => writeln!(
-            out,
-            "another compaction of {id} landed first; nothing appended"
-        )?,
-        PassOutcome::Fits { tokens } => writeln!(out, "{id} fits ({tokens} tokens)")?,
+            "{id} was not compacted (too few messages, or another compaction landed first): {after} tokens ({budget})"
+        )?;
     }
     Ok(())
 }

@@ -320,9 +320,11 @@ impl Payload {
 
     /// What this event does to its session's cache row.
     ///
-    /// `updated_at` moves on activity of the conversation itself: creation, a user message
-    /// and the events an attempt writes (checkpoints and its end). Renames, archiving and
-    /// background work (turn memory, compaction) leave the list order alone.
+    /// `updated_at` moves on creation, a user message and an attempt's end (SPEC §6).
+    /// Checkpoints do not (a minute of streaming must not reorder the list 30 times); an
+    /// attempt that ends interrupted moves it with [`Writer::touch`](crate::session::store::Writer::touch)
+    /// beside its final checkpoint. Renames, archiving and background work (turn memory,
+    /// compaction) leave the list order alone.
     pub fn cache_effect(&self) -> CacheEffect {
         match self {
             Payload::SessionStarted(p) => CacheEffect {
@@ -338,16 +340,16 @@ impl Payload {
                 archived: Some(p.archived),
                 ..CacheEffect::default()
             },
-            Payload::UserMessage(_)
-            | Payload::PendingState(_)
-            | Payload::AssistantTurn(_)
-            | Payload::TurnFailed(_) => CacheEffect {
-                touches_updated_at: true,
-                ..CacheEffect::default()
-            },
-            Payload::TurnMemory(_) | Payload::ToolExecution(_) | Payload::CompactionApplied(_) => {
-                CacheEffect::default()
+            Payload::UserMessage(_) | Payload::AssistantTurn(_) | Payload::TurnFailed(_) => {
+                CacheEffect {
+                    touches_updated_at: true,
+                    ..CacheEffect::default()
+                }
             }
+            Payload::PendingState(_)
+            | Payload::TurnMemory(_)
+            | Payload::ToolExecution(_)
+            | Payload::CompactionApplied(_) => CacheEffect::default(),
         }
     }
 }
@@ -512,5 +514,12 @@ mod tests {
         assert!(!rename.cache_effect().touches_updated_at);
         let user = Payload::UserMessage(UserMessage { text: "q".into() });
         assert!(user.cache_effect().touches_updated_at);
+        let checkpoint = Payload::PendingState(PendingState {
+            turn: 2,
+            attempt: 1,
+            text: "partial".into(),
+            reasoning: None,
+        });
+        assert!(!checkpoint.cache_effect().touches_updated_at);
     }
 }

@@ -283,3 +283,95 @@ fn compact_by_hand_prints_tokens_before_and_after() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("between 0.1 and 0.95"));
 }
+
+/// `brain serve` on `db` and its URL; killed on drop.
+struct Served(std::process::Child, String);
+
+impl Served {
+    fn start(db: &TempDb, provider: &str) -> Served {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+            .arg("--db")
+            .arg(db.path())
+            .args(["serve", "--listen", "127.0.0.1:0", "--distill", "off"])
+            .args(["--provider-url", provider])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.split_whitespace().nth(2).unwrap().to_owned();
+        Served(child, url)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn six_turns(db: &TempDb) -> brain::session::SessionId {
+    let store = db.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    for i in 0..6 {
+        let u = store
+            .append(id, &user(&format!("question {i}: {}", "words ".repeat(40))))
+            .unwrap()
+            .seq;
+        store
+            .append(
+                id,
+                &answer(u, 1, &format!("answer {i}: {}", "more ".repeat(40))),
+            )
+            .unwrap();
+    }
+    id
+}
+
+#[test]
+fn compact_goes_through_the_server_that_holds_the_database() {
+    let mock = crate::support::MockLlm::start(&[]);
+    let db = TempDb::new();
+    let id = six_turns(&db);
+    let server = Served::start(&db, &mock.url);
+    mock.script(serde_json::json!({"text": "They asked six questions."}));
+    let out = stdout_ok(&brain(&db, &["sessions", "compact", &id.to_string()]));
+    assert!(out.contains("compacted") && out.contains(" → "), "{out}");
+    assert!(out.contains("llama.cpp meta.n_ctx"), "{out}");
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "the server's summarizer was asked"
+    );
+
+    // The route itself: compacts now, whatever the size; its answer has the SPEC's fields.
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let call = |path: &str| {
+        let resp = agent
+            .post(&format!("{}{path}", server.1))
+            .send_empty()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body: Value =
+            serde_json::from_str(&resp.into_body().read_to_string().unwrap()).unwrap();
+        (status, body)
+    };
+    let (status, body) = call(&format!("/v1/sessions/{id}/compact"));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["tokens_before"].is_u64() && body["tokens_after"].is_u64(),
+        "{body}"
+    );
+    assert!(body["compacted"].is_boolean(), "{body}");
+    let other = brain::session::SessionId::generate();
+    let (status, body) = call(&format!("/v1/sessions/{other}/compact"));
+    assert_eq!((status, body["error"].as_str()), (404, Some("not_found")));
+}

@@ -1,13 +1,14 @@
 //! Compaction on a real store: when it runs, what the summarizer sees, that it converges,
 //! keeps facts, follows the model's window, and fails safe.
 
-use std::sync::{Arc, Barrier, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use brain::chat::summarizer::ProviderSummarizer;
 use brain::provider::{Provider, ProviderConfig};
 use brain::session::compactor::{
-    Budget, CompactionError, Compactor, PassOutcome, Summarizer, SummaryInput, SummaryOutput,
+    Bounds, Budget, CompactionError, Compactor, PassOutcome, Summarizer, SummaryError,
+    SummaryInput, SummaryOutput, never,
 };
 use brain::session::events::Usage;
 use brain::session::projection::{Role, llm_context};
@@ -20,12 +21,12 @@ use crate::support::*;
 
 /// A summarizer stand-in that keeps, verbatim, every sentence it is given that carries a
 /// number (beyond the `question N:` / `answer N:` labels), and drops the rest. It records
-/// what it was asked.
+/// what it was asked; with a gate, each call waits until the test opens it.
 #[derive(Default)]
 struct Keeper {
     inputs: Mutex<Vec<SummaryInput>>,
     window: u64,
-    delay: Duration,
+    gate: Option<Arc<Gate>>,
     reply: Option<SummaryOutput>,
     fail: bool,
 }
@@ -38,8 +39,60 @@ impl Keeper {
         }
     }
 
+    fn gated(gate: &Arc<Gate>) -> Keeper {
+        Keeper {
+            gate: Some(Arc::clone(gate)),
+            ..Keeper::new(8192)
+        }
+    }
+
     fn calls(&self) -> usize {
         self.inputs.lock().unwrap().len()
+    }
+}
+
+/// Holds summarizer calls until the test opens it, and counts the calls that arrived: two
+/// threads meet on a condition, not on timing.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    /// A call arrives and waits until the gate opens.
+    fn pass(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.0 += 1;
+        self.changed.notify_all();
+        let until = Instant::now() + Duration::from_secs(30);
+        while !s.1 {
+            assert!(Instant::now() < until, "the gate was never opened");
+            s = self
+                .changed
+                .wait_timeout(s, Duration::from_secs(1))
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// Waits until `n` calls have arrived.
+    fn wait_for(&self, n: usize) {
+        let mut s = self.state.lock().unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        while s.0 < n {
+            assert!(Instant::now() < until, "only {} of {n} calls arrived", s.0);
+            s = self
+                .changed
+                .wait_timeout(s, Duration::from_secs(1))
+                .unwrap()
+                .0;
+        }
+    }
+
+    fn open(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
     }
 }
 
@@ -53,11 +106,20 @@ impl Summarizer for Keeper {
     fn window(&self) -> u64 {
         self.window
     }
-    fn summarize(&self, input: &SummaryInput) -> Result<SummaryOutput, (String, String)> {
+    fn summarize(
+        &self,
+        input: &SummaryInput,
+        _bounds: &Bounds<'_>,
+    ) -> Result<SummaryOutput, SummaryError> {
         self.inputs.lock().unwrap().push(input.clone());
-        std::thread::sleep(self.delay);
+        if let Some(g) = &self.gate {
+            g.pass();
+        }
         if self.fail {
-            return Err(("provider_unreachable".into(), "down".into()));
+            return Err(SummaryError::Failed {
+                code: "provider_unreachable".into(),
+                message: "down".into(),
+            });
         }
         if let Some(r) = &self.reply {
             return Ok(r.clone());
@@ -83,6 +145,11 @@ impl Summarizer for Keeper {
             },
         })
     }
+}
+
+/// A compaction nothing interrupts, with the usual deadline.
+fn bounds() -> Bounds<'static> {
+    Bounds::new(&never)
 }
 
 /// Whether a sentence has a digit once its speaker and label are set aside.
@@ -153,7 +220,7 @@ fn under_budget_no_summarizer_call() {
     let (_db, store, c) = setup();
     let id = session(&store, 3, 10);
     let k = Keeper::new(8192);
-    let out = c.pre_send(id, budget(8192), &k).unwrap();
+    let out = c.pre_send(id, budget(8192), &k, &bounds()).unwrap();
     assert!(matches!(out[..], [PassOutcome::Fits { .. }]), "{out:?}");
     assert_eq!(k.calls(), 0);
 }
@@ -166,7 +233,7 @@ fn over_budget_one_call_sees_the_oldest_and_keeps_the_newest_answer_last() {
     // The trigger sits just under the estimate: one pass (half the context) is enough.
     let window = (total as f64 / 0.6) as u64 - 5;
     let k = Keeper::new(8192);
-    let out = c.post_persist(id, budget(window), &k).unwrap();
+    let out = c.post_persist(id, budget(window), &k, &bounds()).unwrap();
     assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
     assert_eq!(k.calls(), 1);
     let input = k.inputs.lock().unwrap()[0].clone();
@@ -212,7 +279,7 @@ fn names_dates_numbers_reach_the_summarizer_and_survive_100_compactions() {
         store
             .append(id, &answer(u, 1, &format!("answer {i}: {filler}")))
             .unwrap();
-        c.pass(id, budget(100_000), &k, true).unwrap();
+        c.pass(id, budget(100_000), &k, true, &bounds()).unwrap();
     }
     let first_input = k.inputs.lock().unwrap()[0].clone();
     for fact in ["Alice Moreau", "250 euros", "2026-12-01"] {
@@ -256,7 +323,7 @@ fn a_truncated_or_empty_summary_is_refused_and_nothing_is_appended() {
             reply: Some(reply),
             ..Keeper::new(8192)
         };
-        let e = c2.pass(id, budget(100), &k, false).unwrap_err();
+        let e = c2.pass(id, budget(100), &k, false, &bounds()).unwrap_err();
         assert!(matches!(e, CompactionError::BadSummary(_)), "{e:?}");
     }
     let _ = c;
@@ -272,22 +339,18 @@ fn a_truncated_or_empty_summary_is_refused_and_nothing_is_appended() {
 fn two_passes_planned_from_the_same_snapshot_append_once() {
     let (_db, store, _) = setup();
     let id = session(&store, 8, 20);
-    let barrier = Arc::new(Barrier::new(2));
+    // Both passes have read the same snapshot before either may append.
+    let gate = Arc::new(Gate::default());
     let handles: Vec<_> = (0..2)
         .map(|_| {
             // Two compactors (two servers' worth of locks) racing on one store.
             let c = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
-            let barrier = Arc::clone(&barrier);
-            std::thread::spawn(move || {
-                let k = Keeper {
-                    delay: Duration::from_millis(200),
-                    ..Keeper::new(8192)
-                };
-                barrier.wait();
-                c.pass(id, budget(100), &k, false).unwrap()
-            })
+            let k = Keeper::gated(&gate);
+            std::thread::spawn(move || c.pass(id, budget(100), &k, false, &bounds()).unwrap())
         })
         .collect();
+    gate.wait_for(2);
+    gate.open();
     let outcomes: Vec<PassOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let compacted = outcomes
         .iter()
@@ -311,23 +374,22 @@ fn a_second_caller_waits_for_the_first_instead_of_duplicating_it() {
     let total = tokens(&store, id);
     let b = budget((total as f64 / 0.6) as u64 - 5);
     let c = Arc::new(c);
-    let k = Arc::new(Keeper {
-        delay: Duration::from_millis(200),
-        ..Keeper::new(8192)
-    });
-    let handles: Vec<_> = (0..2)
-        .map(|_| {
-            let (c, k) = (Arc::clone(&c), Arc::clone(&k));
-            std::thread::spawn(move || c.pass(id, b, k.as_ref(), false).unwrap())
-        })
-        .collect();
-    let outcomes: Vec<PassOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let gate = Arc::new(Gate::default());
+    let k = Arc::new(Keeper::gated(&gate));
+    let spawn = || {
+        let (c, k) = (Arc::clone(&c), Arc::clone(&k));
+        std::thread::spawn(move || c.pass(id, b, k.as_ref(), false, &bounds()).unwrap())
+    };
+    let first = spawn();
+    // The first is inside its summarizer call, holding the session's compaction.
+    gate.wait_for(1);
+    assert!(c.running(id));
+    let second = spawn();
+    gate.open();
+    let outcomes = [first.join().unwrap(), second.join().unwrap()];
     assert_eq!(k.calls(), 1, "{outcomes:?}");
-    assert!(
-        outcomes
-            .iter()
-            .any(|o| matches!(o, PassOutcome::Fits { .. }))
-    );
+    assert!(matches!(outcomes[0], PassOutcome::Compacted { .. }));
+    assert!(matches!(outcomes[1], PassOutcome::Fits { .. }));
 }
 
 #[test]
@@ -341,24 +403,69 @@ fn a_failing_summarizer_backs_off_and_only_fails_the_turn_over_the_limit() {
     };
     // Over the trigger but under the window: the turn goes on.
     let roomy = budget(total + 10);
-    c.pre_send(id, roomy, &k).unwrap();
+    c.pre_send(id, roomy, &k, &bounds()).unwrap();
     assert_eq!(k.calls(), 1);
-    let again = c.pass(id, roomy, &k, false).unwrap_err();
+    let again = c.pass(id, roomy, &k, false, &bounds()).unwrap_err();
     assert!(matches!(again, CompactionError::BackingOff(_)), "{again:?}");
     assert_eq!(k.calls(), 1, "no retry storm");
-    c.pre_send(id, roomy, &k).unwrap();
-    assert_eq!(k.calls(), 1);
-    // Over the window itself: the turn fails with context_overflow (I4).
+    c.pre_send(id, roomy, &k, &bounds()).unwrap();
+    c.post_persist(id, roomy, &k, &bounds()).unwrap_err();
+    assert_eq!(k.calls(), 1, "optional compactions respect the backoff");
+    // Over the window itself: the turn tries once whatever the backoff, and fails with
+    // context_overflow when that try fails too (I4).
     let tight = budget(total / 2);
-    let e = c.pre_send(id, tight, &k).unwrap_err();
+    let e = c.pre_send(id, tight, &k, &bounds()).unwrap_err();
     assert!(
         matches!(e, CompactionError::ContextOverflow { .. }),
         "{e:?}"
     );
+    assert_eq!(k.calls(), 2);
     assert_eq!(
         store.usage(Some(id)).unwrap().by_purpose["summarize"].calls,
-        1
+        2
     );
+}
+
+#[test]
+fn a_turn_that_must_compact_to_fit_tries_once_whatever_the_backoff() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 6, 20);
+    let total = tokens(&store, id);
+    let down = Keeper {
+        fail: true,
+        ..Keeper::new(8192)
+    };
+    // A failed optional compaction starts the backoff.
+    c.pre_send(id, budget(total + 10), &down, &bounds())
+        .unwrap();
+    assert!(matches!(
+        c.pass(id, budget(total + 10), &down, false, &bounds()),
+        Err(CompactionError::BackingOff(_))
+    ));
+    // The provider is back; the next turn does not fit without a compaction: it compacts
+    // now instead of failing with context_overflow until the backoff runs out.
+    let back = Keeper::new(8192);
+    let fit = budget(total * 9 / 10);
+    let out = c.pre_send(id, fit, &back, &bounds()).unwrap();
+    assert!(matches!(out[0], PassOutcome::Compacted { .. }), "{out:?}");
+    assert!(tokens(&store, id) <= fit.limit_tokens());
+}
+
+#[test]
+fn by_hand_a_compaction_runs_whatever_the_backoff() {
+    let (_db, store, c) = setup();
+    let id = session(&store, 6, 20);
+    let total = tokens(&store, id);
+    let down = Keeper {
+        fail: true,
+        ..Keeper::new(8192)
+    };
+    c.pre_send(id, budget(total + 10), &down, &bounds())
+        .unwrap();
+    let out = c
+        .pass(id, budget(100_000), &Keeper::new(8192), true, &bounds())
+        .unwrap();
+    assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
 }
 
 #[test]
@@ -367,7 +474,7 @@ fn one_message_larger_than_the_window_is_reported_not_looped_on() {
     let id = store.create_session(None, String::new()).unwrap().id;
     store.append(id, &user(&"enormous ".repeat(3000))).unwrap();
     let k = Keeper::new(8192);
-    let e = c.pre_send(id, budget(1000), &k).unwrap_err();
+    let e = c.pre_send(id, budget(1000), &k, &bounds()).unwrap_err();
     let CompactionError::ContextOverflow { tokens, limit, why } = e else {
         panic!("{e:?}")
     };
@@ -392,7 +499,7 @@ fn a_partial_followed_by_user_messages_loses_and_repeats_nothing() {
     }
     let before = llm_context(&store.events_for_context(id).unwrap());
     let out = c
-        .pass(id, budget(100_000), &Keeper::new(8192), true)
+        .pass(id, budget(100_000), &Keeper::new(8192), true, &bounds())
         .unwrap();
     assert!(matches!(out, PassOutcome::Compacted { .. }));
     let after = llm_context(&store.events_for_context(id).unwrap());
@@ -427,7 +534,7 @@ proptest! {
             usage: Usage::default(),
         }), ..Keeper::new(8192) };
         let b = budget(window);
-        match c.pre_send(id, b, &short) {
+        match c.pre_send(id, b, &short, &bounds()) {
             Ok(outcomes) => {
                 prop_assert!(outcomes.len() <= brain::session::compactor::run::MAX_PASSES);
                 for o in &outcomes {
@@ -449,7 +556,7 @@ proptest! {
 #[test]
 fn the_budget_follows_the_serving_models_window_and_falls_back_on_errors() {
     let mock = MockLlm::start(&["--models-fail", "1"]);
-    let provider = Provider::new(ProviderConfig::new(&mock.url));
+    let provider = Arc::new(Provider::new(ProviderConfig::new(&mock.url)));
     // The listing fails once: the fallback window, not cached.
     assert_eq!(provider.window("mock-studio", None).source, "default");
     let small = provider.window("mock-studio", None);
@@ -465,18 +572,20 @@ fn the_budget_follows_the_serving_models_window_and_falls_back_on_errors() {
     );
     mock.script(json!({"text": "Summary: Alice Moreau is owed 250 euros on 2026-12-01."}));
     let summarizer = ProviderSummarizer {
-        provider: &provider,
+        provider: Arc::clone(&provider),
         model: "mock-plain".into(),
         window: fallback.tokens,
     };
     let out = c
-        .pre_send(id, budget(fallback.tokens), &summarizer)
+        .pre_send(id, budget(fallback.tokens), &summarizer, &bounds())
         .unwrap();
     assert!(
         matches!(out[..], [PassOutcome::Fits { .. }]),
         "the fallback window would not trigger"
     );
-    let out = c.pre_send(id, budget(small.tokens), &summarizer).unwrap();
+    let out = c
+        .pre_send(id, budget(small.tokens), &summarizer, &bounds())
+        .unwrap();
     assert!(
         matches!(out[0], PassOutcome::Compacted { .. }),
         "the small window does: {out:?}"
@@ -510,7 +619,7 @@ fn input_larger_than_the_summarizers_window_is_summarised_in_chunks_then_togethe
         }),
         ..Keeper::new(400)
     };
-    let out = c.pass(id, budget(100_000), &k, true).unwrap();
+    let out = c.pass(id, budget(100_000), &k, true, &bounds()).unwrap();
     assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
     let inputs = k.inputs.lock().unwrap().clone();
     assert!(
@@ -541,4 +650,79 @@ fn input_larger_than_the_summarizers_window_is_summarised_in_chunks_then_togethe
             "question {n} was summarised"
         );
     }
+}
+
+/// A summarizer that takes `per_call` to answer each call (a slow CPU model), within the
+/// compaction's bounds.
+struct Slow {
+    per_call: Duration,
+    calls: Mutex<usize>,
+}
+
+impl Summarizer for Slow {
+    fn model(&self) -> String {
+        "slow".into()
+    }
+    fn provider(&self) -> String {
+        "stand-in".into()
+    }
+    fn window(&self) -> u64 {
+        400
+    }
+    fn summarize(
+        &self,
+        _input: &SummaryInput,
+        bounds: &Bounds<'_>,
+    ) -> Result<SummaryOutput, SummaryError> {
+        *self.calls.lock().unwrap() += 1;
+        // Simulated latency, cut at the deadline like a real call's timeout.
+        std::thread::sleep(self.per_call.min(bounds.left()));
+        if bounds.left().is_zero() {
+            return Err(SummaryError::TimedOut);
+        }
+        Ok(SummaryOutput {
+            text: "A short chunk summary with 1 fact.".into(),
+            finish_reason: Some("stop".into()),
+            usage: Usage::default(),
+        })
+    }
+}
+
+#[test]
+fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call() {
+    let (_db, store, c) = setup();
+    // Larger than the summarizer's window: several chunk calls, then one over them.
+    let id = session(&store, 16, 60);
+    // Each call takes 60% of the deadline, so the first one answers (with room for the
+    // planning before it) and the second one cannot.
+    let slow = Slow {
+        per_call: Duration::from_millis(2400),
+        calls: Mutex::new(0),
+    };
+    let bounds = Bounds::within(Duration::from_secs(4), &never);
+    let e = c
+        .pass(id, budget(100_000), &slow, true, &bounds)
+        .unwrap_err();
+    assert!(matches!(e, CompactionError::TimedOut(_)), "{e:?}");
+    assert_eq!(
+        *slow.calls.lock().unwrap(),
+        2,
+        "the second call gets what is left of the deadline, and no third call starts"
+    );
+    let raw = _db.raw();
+    let codes: Vec<Option<String>> = raw
+        .prepare("SELECT error_code FROM ledger WHERE purpose = 'summarize' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(codes, [None, Some("provider_timeout".to_owned())]);
+    assert!(
+        !store
+            .events(id, 0, None)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "compaction_applied")
+    );
 }

@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-struct Rig {
-    _db: TempDb,
-    store: Arc<Store>,
-    engine: Engine,
+pub(crate) struct Rig {
+    pub _db: TempDb,
+    pub store: Arc<Store>,
+    pub engine: Engine,
 }
 
-fn rig_with(url: &str, settings: EngineSettings, idle_ms: u64) -> Rig {
+pub(crate) fn rig_with(url: &str, settings: EngineSettings, idle_ms: u64) -> Rig {
     let db = TempDb::new();
     let store = Arc::new(db.open());
     let mut cfg = ProviderConfig::new(url);
@@ -33,19 +33,19 @@ fn rig_with(url: &str, settings: EngineSettings, idle_ms: u64) -> Rig {
     }
 }
 
-fn quiet() -> EngineSettings {
+pub(crate) fn quiet() -> EngineSettings {
     EngineSettings {
         distill: false,
         ..EngineSettings::default()
     }
 }
 
-fn rig(mock: &MockLlm) -> Rig {
+pub(crate) fn rig(mock: &MockLlm) -> Rig {
     rig_with(&mock.url, quiet(), 1000)
 }
 
 /// A session with a title (so no automatic title call).
-fn session(r: &Rig) -> SessionId {
+pub(crate) fn session(r: &Rig) -> SessionId {
     r.store
         .create_session(Some("test".into()), "You are a test.".into())
         .unwrap()
@@ -53,7 +53,7 @@ fn session(r: &Rig) -> SessionId {
 }
 
 /// Every frame until the end (panics if the attempt stalls for 30 s).
-fn frames(mut sub: Subscription) -> Vec<Frame> {
+pub(crate) fn frames(mut sub: Subscription) -> Vec<Frame> {
     let mut all = Vec::new();
     loop {
         match sub.next_frame(Duration::from_secs(30)) {
@@ -64,21 +64,21 @@ fn frames(mut sub: Subscription) -> Vec<Frame> {
     }
 }
 
-fn end(frames: &[Frame]) -> (EndStatus, Option<u64>) {
+pub(crate) fn end(frames: &[Frame]) -> (EndStatus, Option<u64>) {
     match frames.last() {
         Some(Frame::End { status, seq, .. }) => (*status, *seq),
         other => panic!("the last frame is not end: {other:?}"),
     }
 }
 
-fn error_code(frames: &[Frame]) -> Option<String> {
+pub(crate) fn error_code(frames: &[Frame]) -> Option<String> {
     frames.iter().find_map(|f| match f {
         Frame::Error { code, .. } => Some(code.clone()),
         _ => None,
     })
 }
 
-fn kinds(store: &Store, id: SessionId) -> Vec<String> {
+pub(crate) fn kinds(store: &Store, id: SessionId) -> Vec<String> {
     store
         .events(id, 1, None)
         .unwrap()
@@ -87,7 +87,7 @@ fn kinds(store: &Store, id: SessionId) -> Vec<String> {
         .collect()
 }
 
-fn payload(store: &Store, id: SessionId, seq: u64) -> Payload {
+pub(crate) fn payload(store: &Store, id: SessionId, seq: u64) -> Payload {
     let e = store.events(id, seq - 1, Some(1)).unwrap().remove(0);
     match e.decode() {
         Decoded::Known(p) => p,
@@ -95,19 +95,36 @@ fn payload(store: &Store, id: SessionId, seq: u64) -> Payload {
     }
 }
 
-fn streamed(mock: &MockLlm) -> Vec<Value> {
+pub(crate) fn streamed(mock: &MockLlm) -> Vec<Value> {
     mock.requests()
         .into_iter()
         .filter(|r| r["stream"] == true)
         .collect()
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(20);
     while !f() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits (on frames, then on the mock's log) until the attempt's request is with the
+/// provider: its `waiting` frame, and one more streamed request than `before`.
+pub(crate) fn wait_for_the_provider(mock: &MockLlm, sub: &mut Subscription, before: usize) {
+    loop {
+        match sub.next_frame(Duration::from_secs(30)) {
+            Next::Frame(Frame::Status {
+                phase: brain::chat::frames::Phase::Waiting,
+            }) => break,
+            Next::Frame(_) => {}
+            other => panic!("no waiting frame: {other:?}"),
+        }
+    }
+    wait_until("the request at the provider", || {
+        streamed(mock).len() > before
+    });
 }
 
 #[test]
@@ -166,7 +183,7 @@ fn a_turn_persists_user_then_assistant_and_the_next_request_carries_it() {
 }
 
 /// Runs one turn with a scripted step and returns its frames.
-fn turn_with(mock: &MockLlm, r: &Rig, id: SessionId, step: Value) -> Vec<Frame> {
+pub(crate) fn turn_with(mock: &MockLlm, r: &Rig, id: SessionId, step: Value) -> Vec<Frame> {
     mock.script(step);
     frames(r.engine.send(id, "question", None).unwrap())
 }
@@ -360,8 +377,9 @@ fn stop_after_text_is_interrupted_and_before_text_is_a_stopped_failure() {
     assert!(p.text.starts_with("a "), "{p:?}");
 
     mock.script(json!({"kind": "stream", "hang": true}));
-    let sub = r.engine.send(id, "say nothing", None).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let requests = streamed(&mock).len();
+    let mut sub = r.engine.send(id, "say nothing", None).unwrap();
+    wait_for_the_provider(&mock, &mut sub, requests);
     r.engine.stop(id).unwrap();
     let f = frames(sub);
     let (status, seq) = end(&f);
@@ -560,8 +578,9 @@ fn shutdown_ends_streaming_attempts_within_the_deadline() {
         Next::Frame(Frame::Chunk { .. })
     ) {}
     mock.script(json!({"kind": "stream", "hang": true}));
-    let quiet_sub = r.engine.send(silent, "hang", None).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let requests = streamed(&mock).len();
+    let mut quiet_sub = r.engine.send(silent, "hang", None).unwrap();
+    wait_for_the_provider(&mock, &mut quiet_sub, requests);
     let started = Instant::now();
     let report = r.engine.shutdown(Duration::from_secs(10));
     assert!(

@@ -1,6 +1,7 @@
 //! brain's integration tests, built as one binary (one link step on a 2-core machine).
 //! Each module tests one edge for real: a real SQLite file, a real child process.
 
+mod attempts;
 mod browser;
 mod cli;
 mod compaction;

@@ -149,7 +149,7 @@ fn step() -> impl Strategy<Value = Step> {
 /// What SPEC §3/§6 say the cache row must be, folded from the log independently of the
 /// store's own rule: title from `session_started` then each `session_titled`; archived
 /// from each `session_archived`; updated_at from creation, user messages and the events
-/// an attempt writes.
+/// that end an attempt (checkpoints do not move it; an interrupted end touches it itself).
 fn expected_cache(events: &[brain::session::Event]) -> (Option<String>, bool, String) {
     let (mut title, mut archived, mut updated) = (None, false, String::new());
     for e in events {
@@ -161,10 +161,7 @@ fn expected_cache(events: &[brain::session::Event]) -> (Option<String>, bool, St
             Decoded::Known(Payload::SessionTitled(t)) => title = Some(t.title),
             Decoded::Known(Payload::SessionArchived(a)) => archived = a.archived,
             Decoded::Known(
-                Payload::UserMessage(_)
-                | Payload::PendingState(_)
-                | Payload::AssistantTurn(_)
-                | Payload::TurnFailed(_),
+                Payload::UserMessage(_) | Payload::AssistantTurn(_) | Payload::TurnFailed(_),
             ) => updated = e.created_at.clone(),
             _ => {}
         }

@@ -4,16 +4,20 @@
 //! everything before the boundary stays byte-stable until the next compaction.
 //!
 //! - [`Budget`] and [`plan`] are pure: when to compact and where to cut.
-//! - [`run`] does it: summarise (in chunks when the input is larger than the summarizer's
-//!   window), refuse bad summaries, compare-and-append on the writer, one at a time per
-//!   session, backing off after failures, every call in the ledger.
+//! - [`run`] does it: compare-and-append on the writer, one at a time per session, within
+//!   one deadline per compaction, cut short by `/stop` or shutdown, backing off after
+//!   failures.
+//! - [`summarise`] asks the summarizer (in chunks when the input is larger than its
+//!   window), refuses bad summaries, and records every call in the ledger.
 
 pub mod run;
+pub mod summarise;
 
 use crate::session::projection::{Context, Role};
 use crate::tokens::ContextTokens;
 
-pub use run::{CompactionError, Compactor, PassOutcome, Summarizer, SummaryInput, SummaryOutput};
+pub use run::{Bounds, CompactionError, Compactor, Interrupt, PassOutcome, never};
+pub use summarise::{Summarizer, SummaryError, SummaryInput, SummaryOutput};
 
 /// Fewer live messages than this are never compacted: there would be nothing left to keep
 /// verbatim.

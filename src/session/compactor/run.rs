@@ -1,70 +1,105 @@
-//! Running a compaction: summarise, check, compare-and-append, one at a time per session.
+//! Running a compaction: summarise, check, compare-and-append, one at a time per session,
+//! within one deadline for the whole compaction, cut short when its turn is stopped or the
+//! server shuts down.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::summarise::{Summarizer, summarise};
 use super::{Budget, Plan, Refusal, plan};
 use crate::session::events::{CompactionApplied, Event, Payload, SessionId, Usage, kind};
-use crate::session::projection::{Context, Message, Role, llm_context};
+use crate::session::projection::{Context, llm_context};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 use crate::session::{Store, StoreError};
 use crate::tokens::Estimator;
 
-/// Instructions to the summarizer. Facts must survive: a summary that drops a date or a
-/// commitment silently changes what the model knows.
-pub const SUMMARY_SYSTEM_PROMPT: &str = "You compress the earlier part of a conversation so \
-it can continue without it. Write a faithful summary of the conversation below. Keep every \
-name, date, number, amount, commitment, decision and open question exactly as written. Keep \
-who said what. Do not add anything. Start directly with the summary: no preamble, no \
-closing remarks.";
-
-/// The summary's `max_tokens` is at most the summarizer's window divided by this.
-pub const SUMMARY_MAX_TOKENS_DIVISOR: u64 = 8;
-
-/// Tokens kept free in a summarizer request for the chat template's framing.
-pub const SUMMARY_FRAMING_TOKENS: u64 = 64;
-
 /// Passes one pre-send compaction may run before giving up.
 pub const MAX_PASSES: usize = 8;
-
-/// Levels of chunk-then-summarise-the-summaries before giving up.
-pub const MAX_CHUNK_LEVELS: usize = 4;
 
 /// Waits after the first failure; doubled after each further one.
 pub const BACKOFF_START: Duration = Duration::from_secs(15);
 /// The longest wait between attempts after failures.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(600);
 
-/// The deadline of one summarizer call (SPEC §6: compaction 90 s).
-pub const SUMMARY_TIMEOUT: Duration = Duration::from_secs(90);
+/// The deadline of one compaction: all its passes and summarizer calls together (SPEC §6:
+/// compaction 90 s).
+pub const COMPACTION_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// What a summarizer is asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SummaryInput {
-    pub system: String,
-    pub text: String,
-    pub max_tokens: u64,
+/// How often a caller waiting for another compaction of its session looks at its bounds.
+pub const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// Why a compaction was cut short from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Its turn was stopped (`/stop`).
+    Stopped,
+    /// The server is shutting down.
+    Shutdown,
 }
 
-/// What a summarizer answered.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SummaryOutput {
-    pub text: String,
-    pub finish_reason: Option<String>,
-    pub usage: Usage,
+impl Interrupt {
+    /// The code recorded for the cut call (the same as the turn's, SPEC §6).
+    pub fn code(self) -> &'static str {
+        match self {
+            Interrupt::Stopped => "stopped",
+            Interrupt::Shutdown => "shutdown",
+        }
+    }
 }
 
-/// The model that writes summaries.
-pub trait Summarizer: Send + Sync {
-    /// The model's name, as recorded in `compaction_applied` and the ledger.
-    fn model(&self) -> String;
-    /// Where the model is served (the ledger's `provider`).
-    fn provider(&self) -> String;
-    /// The model's context window.
-    fn window(&self) -> u64;
-    /// One summary; the error is a code and a message for the log and ledger.
-    fn summarize(&self, input: &SummaryInput) -> Result<SummaryOutput, (String, String)>;
+/// Says whether the compaction should stop now.
+pub type Interrupted<'a> = &'a (dyn Fn() -> Option<Interrupt> + Sync);
+
+/// Nothing interrupts: a compaction asked for by hand.
+pub fn never() -> Option<Interrupt> {
+    None
+}
+
+/// What bounds one compaction: its deadline and what can cut it short.
+#[derive(Clone, Copy)]
+pub struct Bounds<'a> {
+    pub until: Instant,
+    interrupted: Interrupted<'a>,
+}
+
+impl<'a> Bounds<'a> {
+    /// A compaction starting now, with [`COMPACTION_TIMEOUT`].
+    pub fn new(interrupted: Interrupted<'a>) -> Bounds<'a> {
+        Bounds::within(COMPACTION_TIMEOUT, interrupted)
+    }
+
+    pub fn within(timeout: Duration, interrupted: Interrupted<'a>) -> Bounds<'a> {
+        Bounds {
+            until: Instant::now() + timeout,
+            interrupted,
+        }
+    }
+
+    /// Whether (and why) the compaction should stop now.
+    pub fn interrupted(&self) -> Option<Interrupt> {
+        (self.interrupted)()
+    }
+
+    /// The time left before the deadline.
+    pub fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+
+    /// `Err` when the compaction must end now: interrupted, or over its deadline.
+    pub fn check(&self) -> Result<(), CompactionError> {
+        if let Some(i) = self.interrupted() {
+            return Err(CompactionError::Interrupted(i));
+        }
+        if self.left().is_zero() {
+            return Err(self.timed_out());
+        }
+        Ok(())
+    }
+
+    pub(super) fn timed_out(&self) -> CompactionError {
+        CompactionError::TimedOut(COMPACTION_TIMEOUT)
+    }
 }
 
 /// Why a compaction did not happen.
@@ -80,6 +115,10 @@ pub enum CompactionError {
     NoProgress { before: u64, after: u64 },
     #[error("compaction is backing off after failures; next try in {0:?}")]
     BackingOff(Duration),
+    #[error("the compaction did not finish within its deadline ({0:?})")]
+    TimedOut(Duration),
+    #[error("the compaction was cut short ({})", .0.code())]
+    Interrupted(Interrupt),
     #[error("the context ({tokens} tokens) cannot be brought under the limit ({limit}): {why}")]
     ContextOverflow {
         tokens: u64,
@@ -91,13 +130,15 @@ pub enum CompactionError {
 }
 
 impl CompactionError {
-    /// Whether this is a failure worth backing off from (not a refusal to plan).
+    /// Whether this is a failure worth backing off from (not a refusal to plan, not an
+    /// interruption).
     fn is_failure(&self) -> bool {
         matches!(
             self,
             CompactionError::BadSummary(_)
                 | CompactionError::Summarizer { .. }
                 | CompactionError::NoProgress { .. }
+                | CompactionError::TimedOut(_)
         )
     }
 }
@@ -115,19 +156,60 @@ pub enum PassOutcome {
     },
     /// Someone else compacted the same snapshot first: nothing appended.
     Superseded,
+    /// Another compaction of the session is running and this caller did not need to wait
+    /// for it (the context fits the window without it, or the work was optional).
+    InProgress { tokens: u64 },
+}
+
+/// Whether a pass waits for another compaction of the same session.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Always,
+    /// Only when the context does not fit the window without a compaction.
+    UnlessFits,
+    Never,
+}
+
+#[derive(Clone, Copy)]
+struct Mode {
+    /// Compact even under the trigger, whatever the backoff (by hand).
+    force: bool,
+    wait: Wait,
+    /// Before a request: a context over the limit tries once whatever the backoff
+    /// (backoff protects against storms, not against the user's next message).
+    pre_send: bool,
 }
 
 #[derive(Default)]
 struct SessionState {
     failures: u32,
     retry_at: Option<Instant>,
+    running: bool,
 }
 
 /// Runs compactions against one store, one at a time per session.
 pub struct Compactor {
     store: Arc<Store>,
     estimator: Arc<Estimator>,
-    sessions: Mutex<HashMap<SessionId, Arc<Mutex<SessionState>>>>,
+    sessions: Mutex<HashMap<SessionId, SessionState>>,
+    /// Signalled whenever a compaction ends.
+    finished: Condvar,
+}
+
+/// A running compaction of one session; ending it (drop, also on a panic) lets the next
+/// one start.
+struct Running<'a> {
+    compactor: &'a Compactor,
+    id: SessionId,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.compactor.states().get_mut(&self.id) {
+            s.running = false;
+        }
+        self.compactor.finished.notify_all();
+    }
 }
 
 impl Compactor {
@@ -136,30 +218,80 @@ impl Compactor {
             store,
             estimator,
             sessions: Mutex::new(HashMap::new()),
+            finished: Condvar::new(),
         }
     }
 
-    fn session_lock(&self, id: SessionId) -> Arc<Mutex<SessionState>> {
-        let mut all = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(all.entry(id).or_default())
+    fn states(&self) -> MutexGuard<'_, HashMap<SessionId, SessionState>> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a compaction of the session unless one is running.
+    fn try_begin(&self, id: SessionId) -> Option<Running<'_>> {
+        let mut all = self.states();
+        let state = all.entry(id).or_default();
+        if state.running {
+            return None;
+        }
+        state.running = true;
+        Some(Running {
+            compactor: self,
+            id,
+        })
+    }
+
+    /// Waits (within `bounds`) until no compaction of the session runs, then starts one.
+    fn begin(&self, id: SessionId, bounds: &Bounds<'_>) -> Result<Running<'_>, CompactionError> {
+        let mut all = self.states();
+        loop {
+            let state = all.entry(id).or_default();
+            if !state.running {
+                state.running = true;
+                return Ok(Running {
+                    compactor: self,
+                    id,
+                });
+            }
+            bounds.check()?;
+            let slice = bounds.left().min(WAIT_POLL);
+            all = self
+                .finished
+                .wait_timeout(all, slice)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Whether a compaction of the session is running now.
+    pub fn running(&self, id: SessionId) -> bool {
+        self.states().get(&id).is_some_and(|s| s.running)
     }
 
     /// Before a request: compact until the context is under the trigger, or no pass can
-    /// help. Fails only when the context is over the hard limit (I4).
+    /// help. Fails only when the context is over the hard limit (I4), or when `bounds` says
+    /// the turn was stopped. A compaction of the session already running (post-persist) is
+    /// waited for only when the context does not fit without it.
     pub fn pre_send(
         &self,
         id: SessionId,
         budget: Budget,
         summarizer: &dyn Summarizer,
+        bounds: &Bounds<'_>,
     ) -> Result<Vec<PassOutcome>, CompactionError> {
+        let mode = Mode {
+            force: false,
+            wait: Wait::UnlessFits,
+            pre_send: true,
+        };
         let mut outcomes = Vec::new();
         for _ in 0..MAX_PASSES {
-            match self.pass(id, budget, summarizer, false) {
-                Ok(PassOutcome::Fits { tokens }) => {
-                    outcomes.push(PassOutcome::Fits { tokens });
+            match self.run_pass(id, budget, summarizer, bounds, mode) {
+                Ok(o @ (PassOutcome::Fits { .. } | PassOutcome::InProgress { .. })) => {
+                    outcomes.push(o);
                     return Ok(outcomes);
                 }
                 Ok(o) => outcomes.push(o),
+                Err(e @ CompactionError::Interrupted(_)) => return Err(e),
                 Err(e) => return self.within_limit(id, budget, e).map(|()| outcomes),
             }
         }
@@ -170,14 +302,21 @@ impl Compactor {
         self.within_limit(id, budget, stuck).map(|()| outcomes)
     }
 
-    /// After an answer is persisted: one pass if the context is over the trigger.
+    /// After an answer is persisted: one pass if the context is over the trigger. Optional
+    /// work: it never waits for another compaction of the session.
     pub fn post_persist(
         &self,
         id: SessionId,
         budget: Budget,
         summarizer: &dyn Summarizer,
+        bounds: &Bounds<'_>,
     ) -> Result<PassOutcome, CompactionError> {
-        self.pass(id, budget, summarizer, false)
+        let mode = Mode {
+            force: false,
+            wait: Wait::Never,
+            pre_send: false,
+        };
+        self.run_pass(id, budget, summarizer, bounds, mode)
     }
 
     /// A failed or refused compaction is harmless while the request still fits; over the
@@ -206,41 +345,96 @@ impl Compactor {
         Ok((events, tokens))
     }
 
-    /// One compaction pass. With `force`, compacts even under the trigger (by hand).
+    /// One compaction pass, after waiting for any other compaction of the session. With
+    /// `force` (by hand), it compacts even under the trigger and whatever the backoff.
     pub fn pass(
         &self,
         id: SessionId,
         budget: Budget,
         summarizer: &dyn Summarizer,
         force: bool,
+        bounds: &Bounds<'_>,
     ) -> Result<PassOutcome, CompactionError> {
-        // A second caller waits here, then sees the first one's result in a fresh read.
-        let state = self.session_lock(id);
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mode = Mode {
+            force,
+            wait: Wait::Always,
+            pre_send: false,
+        };
+        self.run_pass(id, budget, summarizer, bounds, mode)
+    }
+
+    fn run_pass(
+        &self,
+        id: SessionId,
+        budget: Budget,
+        summarizer: &dyn Summarizer,
+        bounds: &Bounds<'_>,
+        mode: Mode,
+    ) -> Result<PassOutcome, CompactionError> {
+        // A second caller waits here (when it must), then sees the first one's result in a
+        // fresh read.
+        let _running = match self.try_begin(id) {
+            Some(r) => r,
+            None => {
+                let optional = match mode.wait {
+                    Wait::Always => false,
+                    Wait::Never => true,
+                    Wait::UnlessFits => !budget.over_limit(self.estimate(id)?.1),
+                };
+                if optional {
+                    let tokens = self.estimate(id)?.1;
+                    return Ok(PassOutcome::InProgress { tokens });
+                }
+                self.begin(id, bounds)?
+            }
+        };
         let events = self.store.events_for_context(id)?;
         let ctx = llm_context(&events);
         let tokens = self.estimator.context(&ctx);
-        if !force && !budget.over_trigger(tokens.total) {
+        if !mode.force && !budget.over_trigger(tokens.total) {
             return Ok(PassOutcome::Fits {
                 tokens: tokens.total,
             });
         }
-        if let Some(at) = state.retry_at.filter(|at| *at > Instant::now()) {
-            return Err(CompactionError::BackingOff(at - Instant::now()));
+        let needed = mode.pre_send && budget.over_limit(tokens.total);
+        if !mode.force && !needed {
+            if let Some(left) = self.backing_off(id) {
+                return Err(CompactionError::BackingOff(left));
+            }
         }
         let plan = plan(&ctx, &tokens)?;
-        let result = self.compact(id, &events, &ctx, &plan, summarizer);
-        match &result {
+        let result = self.compact(id, &events, &ctx, &plan, summarizer, bounds);
+        self.settle(id, &result);
+        result
+    }
+
+    /// How long the session's backoff still lasts, if it does.
+    fn backing_off(&self, id: SessionId) -> Option<Duration> {
+        let now = Instant::now();
+        self.states()
+            .get(&id)
+            .and_then(|s| s.retry_at)
+            .filter(|at| *at > now)
+            .map(|at| at - now)
+    }
+
+    /// A failure extends the backoff; a success clears it.
+    fn settle(&self, id: SessionId, result: &Result<PassOutcome, CompactionError>) {
+        let mut all = self.states();
+        let state = all.entry(id).or_default();
+        match result {
             Err(e) if e.is_failure() => {
                 state.failures += 1;
                 let wait =
                     BACKOFF_START.saturating_mul(1 << state.failures.min(16).saturating_sub(1));
                 state.retry_at = Some(Instant::now() + wait.min(BACKOFF_MAX));
             }
-            Ok(_) => *state = SessionState::default(),
+            Ok(_) => {
+                state.failures = 0;
+                state.retry_at = None;
+            }
             Err(_) => {}
         }
-        result
     }
 
     fn compact(
@@ -250,15 +444,18 @@ impl Compactor {
         ctx: &Context,
         plan: &Plan,
         summarizer: &dyn Summarizer,
+        bounds: &Bounds<'_>,
     ) -> Result<PassOutcome, CompactionError> {
         let seen = newest_compaction_seq(events);
         let summary = summarise(
             &ctx.messages[..=plan.last],
             summarizer,
+            bounds,
             &|usage, latency, err| {
                 self.record(id, summarizer, usage, latency, err);
             },
         )?;
+        // A summary that arrives after the turn was stopped is still good work: keep it.
         let payload = CompactionApplied {
             summary,
             replaces_through_seq: plan.through_seq,
@@ -343,133 +540,4 @@ fn newest_compaction_seq(events: &[Event]) -> u64 {
         .map(|e| e.seq)
         .max()
         .unwrap_or(0)
-}
-
-/// Records one summarizer call: usage, latency, the error code if it failed.
-type Record<'a> = dyn Fn(Usage, Duration, Option<&str>) + 'a;
-
-/// The messages as the summarizer reads them.
-pub fn render(messages: &[Message]) -> String {
-    let mut out = String::new();
-    for m in messages {
-        let who = match m.role {
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-        };
-        if !out.is_empty() {
-            out.push_str("\n\n");
-        }
-        out.push_str(who);
-        out.push_str(": ");
-        out.push_str(&m.content);
-    }
-    out
-}
-
-/// Summarises messages, in chunks when they do not fit the summarizer's window, then the
-/// chunk summaries, until one summary remains.
-fn summarise(
-    messages: &[Message],
-    s: &dyn Summarizer,
-    record: &Record<'_>,
-) -> Result<String, CompactionError> {
-    let window = s.window();
-    let max_tokens = (window / SUMMARY_MAX_TOKENS_DIVISOR).max(1);
-    // Room for the input: the window less the answer, the instructions and framing.
-    let input_budget = window
-        .saturating_sub(
-            max_tokens + crate::tokens::count(SUMMARY_SYSTEM_PROMPT) + SUMMARY_FRAMING_TOKENS,
-        )
-        .max(1);
-    let mut pieces = split_to_fit(&render(messages), input_budget);
-    for _ in 0..MAX_CHUNK_LEVELS {
-        let mut summaries = Vec::with_capacity(pieces.len());
-        for text in &pieces {
-            summaries.push(summarise_one(text, max_tokens, s, record)?);
-        }
-        if summaries.len() == 1 {
-            return Ok(summaries.remove(0));
-        }
-        pieces = split_to_fit(&summaries.join("\n\n"), input_budget);
-    }
-    Err(CompactionError::BadSummary(
-        "the chunk summaries never fit one summarizer window",
-    ))
-}
-
-fn summarise_one(
-    text: &str,
-    max_tokens: u64,
-    s: &dyn Summarizer,
-    record: &Record<'_>,
-) -> Result<String, CompactionError> {
-    let input = SummaryInput {
-        system: SUMMARY_SYSTEM_PROMPT.to_owned(),
-        text: text.to_owned(),
-        max_tokens,
-    };
-    let started = Instant::now();
-    let out = s.summarize(&input);
-    match out {
-        Err((code, message)) => {
-            record(Usage::default(), started.elapsed(), Some(&code));
-            Err(CompactionError::Summarizer { code, message })
-        }
-        Ok(o) => {
-            let refused = if o.finish_reason.as_deref() == Some("length") {
-                Some("it was cut off at its token limit")
-            } else if o.text.trim().is_empty() {
-                Some("it was empty")
-            } else {
-                None
-            };
-            record(o.usage, started.elapsed(), refused.map(|_| "bad_summary"));
-            match refused {
-                Some(why) => Err(CompactionError::BadSummary(why)),
-                None => Ok(o.text.trim().to_owned()),
-            }
-        }
-    }
-}
-
-/// Splits text into pieces of at most `budget` tokens, on paragraph, then line, then
-/// character boundaries.
-pub fn split_to_fit(text: &str, budget: u64) -> Vec<String> {
-    if crate::tokens::count(text) <= budget {
-        return vec![text.to_owned()];
-    }
-    let mut pieces = Vec::new();
-    let mut current = String::new();
-    for para in text.split_inclusive("\n\n") {
-        let candidate = format!("{current}{para}");
-        if crate::tokens::count(&candidate) <= budget {
-            current = candidate;
-            continue;
-        }
-        if !current.is_empty() {
-            pieces.push(std::mem::take(&mut current));
-        }
-        if crate::tokens::count(para) <= budget {
-            current = para.to_owned();
-        } else {
-            pieces.extend(split_chars(para, budget));
-        }
-    }
-    if !current.is_empty() {
-        pieces.push(current);
-    }
-    pieces
-}
-
-/// A paragraph too large on its own: cut by characters, a token is at least one.
-fn split_chars(text: &str, budget: u64) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut size = (budget as usize).max(1) * 2;
-    loop {
-        let pieces: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
-        if size == 1 || pieces.iter().all(|p| crate::tokens::count(p) <= budget) {
-            return pieces;
-        }
-        size /= 2;
-    }
 }

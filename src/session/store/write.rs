@@ -81,6 +81,20 @@ impl<'a> Writer<'a> {
         Ok(event)
     }
 
+    /// Moves the session's `updated_at` to now: an attempt's end whose last event is a
+    /// checkpoint (checkpoints alone do not move it, SPEC §6).
+    pub fn touch(&mut self, id: SessionId) -> Result<()> {
+        let now = self.clock.now_string();
+        let changed = self
+            .conn
+            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+            .execute(params![id.to_string(), now])?;
+        if changed == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        Ok(())
+    }
+
     /// The session's cache row, as of this transaction.
     pub fn session(&self, id: SessionId) -> Result<SessionRow> {
         self.conn

@@ -1,0 +1,82 @@
+//! Compaction by hand (`POST /v1/sessions/{id}/compact`, `brain sessions compact`): one
+//! pass now, whatever the session's size and whatever the backoff, with the chat model's
+//! budget and the compaction deadline; cut short by shutdown.
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::{Engine, EngineError};
+use super::summarizer::summarizer;
+use crate::session::SessionId;
+use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt, PassOutcome};
+
+/// What a compaction by hand did (the answer of `POST …/compact`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactReport {
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// False when there was nothing to compact (too few live messages) or another
+    /// compaction of the same snapshot landed first.
+    pub compacted: bool,
+    /// The chat model's window, where it came from, and the compaction trigger.
+    pub window: u64,
+    pub window_source: String,
+    pub trigger_tokens: u64,
+}
+
+impl Engine {
+    /// Compacts the session now. 409 while one of its attempts runs; a summarizer that
+    /// cannot answer is `Unavailable` (nothing is written).
+    pub fn compact(&self, id: SessionId) -> Result<CompactReport, EngineError> {
+        self.accepting()?;
+        if self.turn_active(id) {
+            return Err(EngineError::TurnInFlight);
+        }
+        let inner = &self.inner;
+        inner.store.session(id)?;
+        let s = &inner.settings;
+        let unavailable = |e: &dyn std::fmt::Display| EngineError::Unavailable(e.to_string());
+        let model = inner
+            .provider
+            .resolve_model(s.chat_model.as_deref())
+            .map_err(|e| unavailable(&e))?;
+        let window = inner.provider.window(&model, s.context_window);
+        let budget = Budget {
+            window: window.tokens,
+            compact_at: s.compact_at,
+            output_reserve: s.max_output_tokens.map_or(0, u64::from),
+        };
+        let summarizer = summarizer(inner, &model, budget.window);
+        let estimate = || inner.compactor.estimate(id).map(|(_, t)| t);
+        let before = estimate().map_err(compaction_error)?;
+        let interrupted = || inner.shutting_down().then_some(Interrupt::Shutdown);
+        let bounds = Bounds::within(s.compaction_timeout, &interrupted);
+        let outcome = inner.compactor.pass(id, budget, &summarizer, true, &bounds);
+        let (tokens_before, tokens_after, compacted) = match outcome {
+            Ok(PassOutcome::Compacted {
+                tokens_before,
+                tokens_after,
+                ..
+            }) => (tokens_before, tokens_after, true),
+            Ok(_) | Err(CompactionError::Refused(_)) => {
+                (before, estimate().map_err(compaction_error)?, false)
+            }
+            Err(e) => return Err(compaction_error(e)),
+        };
+        Ok(CompactReport {
+            tokens_before,
+            tokens_after,
+            compacted,
+            window: window.tokens,
+            window_source: window.source.to_owned(),
+            trigger_tokens: budget.trigger_tokens(),
+        })
+    }
+}
+
+fn compaction_error(e: CompactionError) -> EngineError {
+    match e {
+        CompactionError::Store(s) => EngineError::Store(s),
+        CompactionError::Interrupted(_) => EngineError::ShuttingDown,
+        other => EngineError::Unavailable(other.to_string()),
+    }
+}

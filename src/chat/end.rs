@@ -1,0 +1,242 @@
+//! How an attempt ends (SPEC §6's table): what it appends, its ledger row, and its `end`
+//! frame.
+
+use std::time::Duration;
+
+use super::attempt::{Stopped, Streamed, unsaved};
+use super::engine::Inner;
+use super::frames::{ActiveTurn, EndStatus, Frame};
+use crate::session::StoreError;
+use crate::session::events::{AssistantTurn, Payload, TurnFailed, Usage};
+use crate::session::store::{CallStatus, LedgerEntry, Purpose};
+
+/// Writes what ends the attempt (SPEC §6's table) and returns its `end` frame.
+pub(super) fn end_attempt(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    model: &str,
+    out: &Streamed,
+    stopped: Stopped,
+    took: Duration,
+) -> Frame {
+    let provider = inner.provider.base_url().to_owned();
+    let (code, message, retryable) = match &stopped {
+        Stopped::Completed if !out.text.is_empty() => {
+            return complete(inner, turn, model, out, took);
+        }
+        Stopped::Completed => (
+            "empty_answer".to_owned(),
+            "the model answered with no text".to_owned(),
+            true,
+        ),
+        Stopped::Error(e) => (e.code().to_owned(), e.to_string(), e.retryable()),
+        Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
+        Stopped::Shutdown => (
+            "shutdown".to_owned(),
+            "the server shut down".to_owned(),
+            true,
+        ),
+        Stopped::Overflow(why) => ("context_overflow".to_owned(), why.clone(), false),
+        Stopped::Internal(why) => {
+            eprintln!("brain: turn of {}: internal error: {why}", turn.session_id);
+            (
+                "internal".to_owned(),
+                "brain failed inside; see its log".to_owned(),
+                true,
+            )
+        }
+        Stopped::Store(e) => {
+            eprintln!("brain: turn of {}: database error: {e}", turn.session_id);
+            (
+                "internal".to_owned(),
+                "the database failed".to_owned(),
+                true,
+            )
+        }
+    };
+    if !matches!(stopped, Stopped::ByUser | Stopped::Shutdown) || code == "empty_answer" {
+        turn.push(Frame::Error {
+            code: code.clone(),
+            message: message.clone(),
+            retryable,
+        });
+    }
+    let interrupted = !out.text.is_empty() && code != "empty_answer";
+    let written = if interrupted {
+        final_checkpoint(inner, turn, out)
+    } else {
+        let failed = Payload::TurnFailed(TurnFailed {
+            turn: turn.turn,
+            attempt: turn.attempt,
+            code: code.clone(),
+            message,
+            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
+        });
+        inner
+            .store
+            .append(turn.session_id, &failed)
+            .map(|e| Some(e.seq))
+    };
+    let seq = written.unwrap_or_else(|e| {
+        eprintln!(
+            "brain: turn of {}: could not record its end: {e}",
+            turn.session_id
+        );
+        None
+    });
+    if !model.is_empty() {
+        let status = if interrupted {
+            CallStatus::Interrupted
+        } else {
+            CallStatus::Error
+        };
+        record_chat(inner, turn, model, out, took, status, Some(&code));
+    }
+    Frame::End {
+        status: if interrupted {
+            EndStatus::Interrupted
+        } else {
+            EndStatus::Failed
+        },
+        seq,
+        provider,
+        model: model.to_owned(),
+        usage: out.usage,
+        finish_reason: out.finish_reason.clone(),
+    }
+}
+
+/// The last checkpoint of an interrupted attempt (whatever was not saved yet), and its
+/// end in the session list (`updated_at`), in one transaction. Its seq, or the previous
+/// checkpoint's when nothing was left to save.
+fn final_checkpoint(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    out: &Streamed,
+) -> Result<Option<u64>, StoreError> {
+    let rest = unsaved(turn, out);
+    let id = turn.session_id;
+    let written = inner.store.write(|w| {
+        let seq = match &rest {
+            Some(p) => Some(w.append(id, p)?.seq),
+            None => None,
+        };
+        w.touch(id)?;
+        Ok(seq)
+    })?;
+    if let Some(seq) = written {
+        turn.push(Frame::Checkpoint { seq });
+    }
+    Ok(written.or(out.last_checkpoint_seq))
+}
+
+/// A completed attempt: its ledger row and its `assistant_turn`, in one transaction.
+fn complete(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    model: &str,
+    out: &Streamed,
+    took: Duration,
+) -> Frame {
+    let provider = inner.provider.base_url().to_owned();
+    let usage = out.usage.unwrap_or_default();
+    let written = inner.store.write(|w| {
+        let ledger_id = w.record_call(&chat_entry(
+            turn,
+            &provider,
+            model,
+            usage,
+            took,
+            CallStatus::Ok,
+            None,
+        ))?;
+        let answer = Payload::AssistantTurn(AssistantTurn {
+            turn: turn.turn,
+            attempt: turn.attempt,
+            text: out.text.clone(),
+            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
+            provider: provider.clone(),
+            model: model.to_owned(),
+            finish_reason: out.finish_reason.clone(),
+            usage,
+            duration_ms: took.as_millis() as u64,
+            ledger_id: Some(ledger_id),
+        });
+        Ok(w.append(turn.session_id, &answer)?.seq)
+    });
+    match written {
+        Ok(seq) => Frame::End {
+            status: EndStatus::Completed,
+            seq: Some(seq),
+            provider,
+            model: model.to_owned(),
+            usage: out.usage,
+            finish_reason: out.finish_reason.clone(),
+        },
+        Err(e) => {
+            // The answer could not be stored: what the checkpoints hold is the partial.
+            eprintln!(
+                "brain: turn of {}: could not store the answer: {e}",
+                turn.session_id
+            );
+            turn.push(Frame::Error {
+                code: "internal".into(),
+                message: "the answer could not be stored".into(),
+                retryable: true,
+            });
+            let seq = final_checkpoint(inner, turn, out).ok().flatten();
+            Frame::End {
+                status: EndStatus::Interrupted,
+                seq,
+                provider,
+                model: model.to_owned(),
+                usage: out.usage,
+                finish_reason: out.finish_reason.clone(),
+            }
+        }
+    }
+}
+
+fn chat_entry(
+    turn: &ActiveTurn,
+    provider: &str,
+    model: &str,
+    usage: Usage,
+    took: Duration,
+    status: CallStatus,
+    code: Option<&str>,
+) -> LedgerEntry {
+    LedgerEntry {
+        session_id: Some(turn.session_id),
+        purpose: Purpose::Chat,
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        usage,
+        latency_ms: took.as_millis() as u64,
+        status,
+        error_code: code.map(str::to_owned),
+    }
+}
+
+fn record_chat(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    model: &str,
+    out: &Streamed,
+    took: Duration,
+    status: CallStatus,
+    code: Option<&str>,
+) {
+    let entry = chat_entry(
+        turn,
+        inner.provider.base_url(),
+        model,
+        out.usage.unwrap_or_default(),
+        took,
+        status,
+        code,
+    );
+    if let Err(e) = inner.store.record_call(&entry) {
+        eprintln!("brain: could not record a chat call in the ledger: {e}");
+    }
+}
