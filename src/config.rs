@@ -39,6 +39,16 @@ pub const MODELS_CACHE_TTL: Duration = Duration::from_secs(30);
 /// listing has none).
 pub const DEFAULT_WINDOW_TOKENS: u64 = 4096;
 
+/// The largest model listing read; a longer body is an error, not a memory hog.
+pub const MAX_MODELS_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest non-streamed completion body read (summaries, distillation, titles).
+pub const MAX_COMPLETION_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// How many read chunks a stream's reader thread may be ahead of its consumer: past it the
+/// reader waits (TCP pushes back on the provider) instead of buffering without bound.
+pub const STREAM_BUFFER_CHUNKS: usize = 64;
+
 /// How much of a provider's error body is kept.
 pub const MAX_PROVIDER_ERROR_BODY_BYTES: usize = 16 * 1024;
 

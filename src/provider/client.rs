@@ -2,15 +2,16 @@
 //! timeouts and cancellation a turn needs.
 //!
 //! A stream's request and body reads run on their own thread and reach the caller through
-//! a channel, so the caller can give up on time (first-token and idle timeouts, each its
-//! own setting) or on request (cancel) even while the provider hangs. The thread ends at
-//! its next read after that; its transport read timeout bounds how long a hung provider can
-//! keep it.
+//! a bounded channel, so the caller can give up on time (first-token and idle timeouts,
+//! each its own setting) or on request (cancel) even while the provider hangs, and a
+//! provider faster than its reader is held back by TCP rather than buffered. The thread
+//! ends at its next read after that; its transport read timeout bounds how long a hung
+//! provider can keep it. Non-streamed bodies are read up to named limits.
 
 use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -96,7 +97,7 @@ impl Provider {
     /// Starts a streamed chat completion. Errors (including an unreachable provider)
     /// arrive through the stream.
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(config::STREAM_BUFFER_CHUNKS);
         let cancel = Arc::new(AtomicBool::new(false));
         let body = request_body(req, true).to_string();
         // The transport gives up a little after the caller would have.
@@ -132,11 +133,12 @@ impl Provider {
             .timeout_global(Some(timeout))
             .build();
         let resp = request.send(body).map_err(|e| classify(e, timeout))?;
-        let status = resp.status().as_u16();
-        let text = read_limited(resp, usize::MAX).map_err(|e| classify_io(&e, timeout))?;
-        if status != 200 {
-            return Err(http_error(status, &text));
-        }
+        let text = read_body(
+            resp,
+            config::MAX_COMPLETION_BODY_BYTES,
+            "completion",
+            timeout,
+        )?;
         let parts = parse_chunk(&text).ok_or_else(|| ProviderError::Malformed(excerpt(&text)))?;
         if let Some(e) = parts.error {
             return Err(ProviderError::Remote(e));
@@ -181,11 +183,12 @@ impl Provider {
             .build()
             .call()
             .map_err(|e| classify(e, timeout))?;
-        let status = resp.status().as_u16();
-        let text = read_limited(resp, usize::MAX).map_err(|e| classify_io(&e, timeout))?;
-        if status != 200 {
-            return Err(http_error(status, &text));
-        }
+        let text = read_body(
+            resp,
+            config::MAX_MODELS_BODY_BYTES,
+            "model listing",
+            timeout,
+        )?;
         let body: Value =
             serde_json::from_str(&text).map_err(|_| ProviderError::Malformed(excerpt(&text)))?;
         Ok(parse_models(&body))
@@ -236,7 +239,7 @@ enum Wire {
 fn read_stream(
     request: ureq::RequestBuilder<ureq::typestate::WithBody>,
     body: String,
-    tx: &Sender<Wire>,
+    tx: &SyncSender<Wire>,
     cancel: &AtomicBool,
 ) {
     let resp = match request.send(body) {
@@ -267,11 +270,39 @@ fn read_stream(
     }
 }
 
+/// A 200's body of at most `limit` bytes; a longer one is [`ProviderError::Malformed`] (a
+/// broken or hostile provider must not fill our memory), any other status its error.
+fn read_body(
+    resp: ureq::http::Response<ureq::Body>,
+    limit: usize,
+    what: &str,
+    timeout: Duration,
+) -> Result<String, ProviderError> {
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES)
+            .map_err(|e| classify_io(&e, timeout))?;
+        return Err(http_error(status, &text));
+    }
+    let bytes = read_bytes(resp, limit + 1).map_err(|e| classify_io(&e, timeout))?;
+    if bytes.len() > limit {
+        return Err(ProviderError::Malformed(format!(
+            "the {what} is larger than {limit} bytes"
+        )));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// At most `limit` bytes of a body, as text (an error body, kept as an excerpt).
 fn read_limited(resp: ureq::http::Response<ureq::Body>, limit: usize) -> std::io::Result<String> {
+    Ok(String::from_utf8_lossy(&read_bytes(resp, limit)?).into_owned())
+}
+
+fn read_bytes(resp: ureq::http::Response<ureq::Body>, limit: usize) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     let reader = resp.into_body().into_reader();
     reader.take(limit as u64).read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(bytes)
 }
 
 fn http_error(status: u16, body: &str) -> ProviderError {

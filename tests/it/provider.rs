@@ -368,3 +368,38 @@ fn the_api_key_is_sent_as_a_bearer_token_from_the_named_variable() {
         "no key, no header"
     );
 }
+
+/// A provider whose bodies never end: each read stops at its named limit with a clear
+/// error, and the client stays usable.
+#[test]
+fn endless_bodies_are_refused_at_their_limits() {
+    let mock = MockLlm::start(&[]);
+    let p = provider(&mock);
+    mock.models_mode("endless");
+    let e = p.models().expect_err("an endless listing");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+
+    mock.script(json!({"endless": true, "kind": "complete"}));
+    let e = p
+        .complete(&ask("summarise"), Duration::from_secs(30))
+        .expect_err("an endless completion");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+
+    mock.script(json!({"endless": true, "kind": "stream"}));
+    let c = collect(p.stream_chat(&ask("q")));
+    let e = c.error.expect("an endless line");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+    assert_eq!(c.text, "");
+
+    let ok = collect(p.stream_chat(&ask("still there?")));
+    assert_eq!(ok.error, None, "the client is still usable");
+}

@@ -146,8 +146,14 @@ impl MockLlm {
             "{} missing: run `cargo build --examples`",
             bin.display()
         );
+        // A caller's `--port` (to bring a stopped mock back where it was) wins.
+        let port: &[&str] = if args.contains(&"--port") {
+            &[]
+        } else {
+            &["--port", "0"]
+        };
         let mut child = std::process::Command::new(&bin)
-            .args(["--port", "0"])
+            .args(port)
             .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -175,6 +181,11 @@ impl MockLlm {
 
     pub fn stats(&self) -> serde_json::Value {
         self.get("_mock/stats")
+    }
+
+    /// How later `GET /models` answer: `ok`, `fail`, `hang` or `endless`.
+    pub fn models_mode(&self, mode: &str) {
+        self.post("_mock/models", serde_json::json!({"mode": mode}));
     }
 
     fn root(&self) -> String {
