@@ -302,14 +302,30 @@ fn non_streaming_completions_for_background_work() {
 }
 
 #[test]
-fn the_listing_gives_each_servers_window_cached_and_errors_not_cached() {
+fn the_listing_gives_each_servers_window_cached_and_failures_remembered_briefly() {
     let mock = MockLlm::start(&["--n-ctx", "6144", "--models-fail", "1"]);
-    let p = provider(&mock);
-    assert!(matches!(
-        p.models(),
-        Err(ProviderError::Http { status: 500, .. })
-    ));
-    let models = p.models().expect("the error was not cached");
+    let mut cfg = ProviderConfig::new(&mock.url);
+    cfg.models_failure_ttl = Duration::from_millis(300);
+    let p = Provider::new(cfg);
+    for _ in 0..3 {
+        assert!(matches!(
+            p.models(),
+            Err(ProviderError::Http { status: 500, .. })
+        ));
+    }
+    assert_eq!(
+        mock.stats()["models_calls"],
+        1,
+        "a failure is remembered, not asked again at once"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    let models = loop {
+        match p.models() {
+            Ok(m) => break m,
+            Err(e) => assert!(Instant::now() < until, "still failing: {e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let windows: Vec<(&str, Option<u64>)> =
         models.iter().map(|m| (m.id.as_str(), m.window)).collect();
     assert_eq!(

@@ -188,6 +188,15 @@ impl MockLlm {
         self.post("_mock/models", serde_json::json!({"mode": mode}));
     }
 
+    /// The port it listens on (to start it again there after dropping it).
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|rest| rest.trim_end_matches("/v1").parse().ok())
+            .expect("mock port")
+    }
+
     fn root(&self) -> String {
         self.url.trim_end_matches("/v1").to_owned()
     }
