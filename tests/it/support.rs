@@ -225,3 +225,49 @@ impl Drop for MockLlm {
         let _ = self.child.wait();
     }
 }
+
+/// Whether this is a CI run (`CI` set), where every test must run for real.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// Reports that `test` cannot run here because `missing`, and how to `enable` it. Under CI
+/// that is a failure; elsewhere the test passes with a [`skip_notice`].
+pub fn skipped(test: &str, missing: &str, enable: &str) {
+    assert!(
+        !under_ci(),
+        "{test} must run under CI, but {missing}. To run it: {enable}"
+    );
+    skip_notice(test, &format!("{missing}. To run it: {enable}"));
+}
+
+/// A `SKIPPED <test>: <why>` line in the output of a plain `cargo test`. libtest captures
+/// only what the `print!` family writes (rust-lang/rust#90785), and shows a passing test's
+/// captured output only with `--nocapture`, so the line goes to the process's stderr
+/// directly.
+pub fn skip_notice(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("\nSKIPPED {test}: {why}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Runs one test of this binary in a child process (with `env` changed, `None` removing a
+/// variable): its exit status and everything it wrote, stdout then stderr.
+pub fn run_this_test(name: &str, env: &[(&str, Option<&str>)]) -> (bool, String) {
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([name, "--exact", "--test-threads", "1"]);
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("run the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
