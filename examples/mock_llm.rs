@@ -9,14 +9,19 @@
 //! - `GET /v1/models`: models with windows the way each server reports them
 //!   (`mock-model`: llama.cpp `meta.n_ctx`; `mock-vllm`: `max_model_len`; `mock-router`:
 //!   `context_length`; `mock-studio`: LM Studio fields; `mock-plain`: none, like Ollama).
-//!   The first `--models-fail N` listings answer HTTP 500.
+//!   The first `--models-fail N` listings answer HTTP 500. `POST /_mock/models`
+//!   `{"mode": …}` sets how later listings answer: `ok` (the default), `fail` (HTTP 500),
+//!   `hang` (no answer at all: the connection stays open and silent) or `endless` (a 200
+//!   whose body never ends).
 //! - `POST /v1/chat/completions`, streamed or not. What it answers is the next step queued
 //!   with `POST /_mock/script` (one step or an array), else a step given in the last user
 //!   message as `[[mock {…}]]`, else a default answer. A step's fields, all optional:
 //!   `text`, `reasoning`, `think` (send reasoning as a leading `<think>` block),
 //!   `chunks`, `delay_ms`, `first_delay_ms`, `headers_delay_ms`, `cut_after` (close after
 //!   that many chunks, no `[DONE]`), `garbage_after`, `status` (an HTTP error), `hang`
-//!   (headers, then silence), `hang_before_headers`, `finish_reason`, `no_usage`.
+//!   (headers, then silence), `hang_before_headers`, `finish_reason`, `no_usage`, `endless`
+//!   (a 200 whose body never ends: streamed, one `data:` line without a newline; not
+//!   streamed, a JSON completion whose content never closes).
 //! - Prompt-cache accounting: `cached_tokens` is the longest common prefix, in the mock's
 //!   whitespace tokens, between this prompt and any earlier one.
 //! - `GET /_mock/requests`: every chat request body received (with its `Authorization`
@@ -42,6 +47,8 @@ struct State {
     prompts: Vec<Vec<String>>,
     models_calls: u64,
     models_fail: u64,
+    /// How listings answer once `models_fail` is used up: `ok`, `fail`, `hang`, `endless`.
+    models_mode: String,
     chat_calls: u64,
 }
 
@@ -151,6 +158,11 @@ fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/v1/models") => models(&mut stream, state, n_ctx),
         ("POST", "/v1/chat/completions") => chat(&mut stream, state, body),
+        ("POST", "/_mock/models") => {
+            let mode = body["mode"].as_str().unwrap_or("ok").to_owned();
+            lock(state).models_mode = mode;
+            respond(&mut stream, 200, &json!({}))
+        }
         ("POST", "/_mock/script") => {
             let steps = match body {
                 Value::Array(a) => a,
@@ -174,6 +186,7 @@ fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<
             s.script.clear();
             s.requests.clear();
             s.prompts.clear();
+            s.models_mode.clear();
             drop(s);
             respond(&mut stream, 200, &json!({}))
         }
@@ -186,17 +199,25 @@ fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<
 }
 
 fn models(stream: &mut TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<()> {
-    let fail = {
+    let mode = {
         let mut s = lock(state);
         s.models_calls += 1;
         if s.models_fail > 0 {
             s.models_fail -= 1;
-            true
+            "fail".to_owned()
         } else {
-            false
+            s.models_mode.clone()
         }
     };
-    if fail {
+    match mode.as_str() {
+        "hang" => {
+            thread::sleep(Duration::from_secs(3600));
+            return Ok(());
+        }
+        "endless" => return endless(stream, "{\"object\": \"list\", \"data\": [{\"id\": \""),
+        _ => {}
+    }
+    if mode == "fail" {
         return respond(
             stream,
             500,
@@ -296,6 +317,14 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
     if step["hang_before_headers"] == true {
         thread::sleep(Duration::from_secs(3600));
     }
+    if step["endless"] == true {
+        let head = if body["stream"] == true {
+            "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \""
+        } else {
+            "{\"choices\": [{\"index\": 0, \"message\": {\"content\": \""
+        };
+        return endless(stream, head);
+    }
     thread::sleep(ms("headers_delay_ms"));
     if let Some(status) = step["status"].as_u64() {
         let msg = step["text"].as_str().unwrap_or("scripted failure");
@@ -374,6 +403,18 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
     }
     write!(stream, "data: [DONE]\n\n")?;
     stream.flush()
+}
+
+/// A 200 whose body is `head` and then `x` without end, until the client hangs up.
+fn endless(stream: &mut TcpStream, head: &str) -> std::io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{head}"
+    )?;
+    let block = vec![b'x'; 64 * 1024];
+    loop {
+        stream.write_all(&block)?;
+    }
 }
 
 /// Splits text into `chunks` pieces (by default one per word, spaces kept).

@@ -32,12 +32,39 @@ pub const PROVIDER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a model listing (`GET /models`) may take.
 pub const MODELS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a model listing is reused (errors are not cached).
+/// How long a model listing is reused before it is fetched again (in the background: the
+/// last one keeps answering meanwhile).
 pub const MODELS_CACHE_TTL: Duration = Duration::from_secs(30);
 
 /// The window assumed when neither a flag nor the listing gives one (Ollama's OpenAI
 /// listing has none).
 pub const DEFAULT_WINDOW_TOKENS: u64 = 4096;
+
+/// How long a failed listing is remembered before the next fetch, so a hung or failing
+/// provider costs one fetch per interval rather than one per caller.
+pub const MODELS_FAILURE_TTL: Duration = Duration::from_secs(5);
+
+/// How long `GET /v1/models` waits for a listing when none is known yet; past it, it
+/// answers with none.
+pub const MODELS_ROUTE_WAIT: Duration = Duration::from_secs(2);
+
+/// How old the last provider observation (a call's or probe's outcome) may be before
+/// `/health` probes the provider again.
+pub const PROVIDER_PROBE_AFTER: Duration = Duration::from_secs(5);
+
+/// How long `/health` gives a probe to answer (from the probe's start); after it, it
+/// answers from the last known state. Well under I10's second.
+pub const HEALTH_PROBE_WAIT: Duration = Duration::from_millis(250);
+
+/// The largest model listing read; a longer body is an error, not a memory hog.
+pub const MAX_MODELS_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest non-streamed completion body read (summaries, distillation, titles).
+pub const MAX_COMPLETION_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// How many read chunks a stream's reader thread may be ahead of its consumer: past it the
+/// reader waits (TCP pushes back on the provider) instead of buffering without bound.
+pub const STREAM_BUFFER_CHUNKS: usize = 64;
 
 /// How much of a provider's error body is kept.
 pub const MAX_PROVIDER_ERROR_BODY_BYTES: usize = 16 * 1024;

@@ -166,7 +166,12 @@ fn health(api: &Api) -> Answer {
         limit: 1,
         ..ListQuery::default()
     });
-    let provider = api.engine.provider().models().is_ok();
+    // What the last provider call or probe saw, within a short budget (I10): never a
+    // provider call of its own length.
+    let provider = api
+        .engine
+        .provider()
+        .reachable(crate::config::HEALTH_PROBE_WAIT);
     let status = if db.is_ok() && provider {
         "ok"
     } else {
@@ -179,6 +184,8 @@ fn health(api: &Api) -> Answer {
             "version": env!("CARGO_PKG_VERSION"),
             "db": if db.is_ok() { "ok" } else { "error" },
             "provider": if provider { "ok" } else { "unreachable" },
+            // No tools exist yet (SPEC §13).
+            "tools": "off",
         }),
     )
 }
@@ -186,13 +193,21 @@ fn health(api: &Api) -> Answer {
 fn models(api: &Api) -> Answer {
     let p = api.engine.provider();
     let s = api.engine.settings();
-    let list = p.models().map(|l| l.to_vec()).unwrap_or_default();
-    let chat = p.resolve_model(s.chat_model.as_deref()).ok();
+    // A bounded wait when nothing is known yet, else the last known listing at once.
+    let list = p
+        .models_within(crate::config::MODELS_ROUTE_WAIT)
+        .map(|l| l.to_vec())
+        .unwrap_or_default();
+    let chat = s
+        .chat_model
+        .clone()
+        .filter(|m| !m.is_empty())
+        .or_else(|| list.first().map(|m| m.id.clone()));
     let models: Vec<Value> = list
         .iter()
         .map(|m| {
             let is_chat = chat.as_deref() == Some(m.id.as_str());
-            let w = p.window(&m.id, s.context_window.filter(|_| is_chat));
+            let w = crate::provider::window_in(&list, &m.id, s.context_window.filter(|_| is_chat));
             json!({"id": m.id, "window": w.tokens, "window_source": w.source})
         })
         .collect();

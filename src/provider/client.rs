@@ -1,26 +1,23 @@
-//! The HTTP side of the provider: one ureq agent, a reader thread per stream, and the
-//! timeouts and cancellation a turn needs.
+//! The HTTP side of the provider: one ureq agent, the non-streamed calls, and the model
+//! listing; streams are in [`super::stream`].
 //!
-//! A stream's request and body reads run on their own thread and reach the caller through
-//! a channel, so the caller can give up on time (first-token and idle timeouts, each its
-//! own setting) or on request (cancel) even while the provider hangs. The thread ends at
-//! its next read after that; its transport read timeout bounds how long a hung provider can
-//! keep it.
+//! The listing and the latest observation of the provider live in one [`State`] behind a
+//! mutex that is never held during I/O: a listing is fetched on its own thread, one at a
+//! time, while callers take the last known listing at once or wait for it within their own
+//! bound. Every call records what it saw, and `/health` answers from that.
 
-use std::collections::VecDeque;
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::sse::{Frame, SseParser};
-use super::think::{Split, ThinkSplitter};
+use super::state::{Listing, State, Ttls};
+use super::stream::{ChatStream, read_stream};
+use super::think::ThinkSplitter;
 use super::wire::{parse_chunk, parse_models, request_body};
-use super::{ChatRequest, Completion, ModelInfo, ProviderError, StreamEvent, Window};
+use super::{ChatRequest, Completion, ModelInfo, ProviderError, Window};
 use crate::config;
 
 /// Where and how to reach the provider.
@@ -32,6 +29,12 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     pub first_token_timeout: Duration,
     pub idle_timeout: Duration,
+    /// How long a listing is reused ([`config::MODELS_CACHE_TTL`]).
+    pub models_ttl: Duration,
+    /// How long a failed listing is remembered ([`config::MODELS_FAILURE_TTL`]).
+    pub models_failure_ttl: Duration,
+    /// How old an observation may be before `/health` probes ([`config::PROVIDER_PROBE_AFTER`]).
+    pub probe_after: Duration,
 }
 
 impl ProviderConfig {
@@ -41,6 +44,17 @@ impl ProviderConfig {
             api_key: None,
             first_token_timeout: config::DEFAULT_FIRST_TOKEN_TIMEOUT,
             idle_timeout: config::DEFAULT_STREAM_IDLE_TIMEOUT,
+            models_ttl: config::MODELS_CACHE_TTL,
+            models_failure_ttl: config::MODELS_FAILURE_TTL,
+            probe_after: config::PROVIDER_PROBE_AFTER,
+        }
+    }
+
+    fn ttls(&self) -> Ttls {
+        Ttls {
+            listing: self.models_ttl,
+            failure: self.models_failure_ttl,
+            probe_after: self.probe_after,
         }
     }
 }
@@ -51,13 +65,35 @@ pub fn api_key_from_env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|k| !k.trim().is_empty())
 }
 
-type ModelCache = Option<(Instant, Arc<Vec<ModelInfo>>)>;
+/// The state a provider shares with its fetch thread and its streams.
+#[derive(Default)]
+pub(super) struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a fetch ends.
+    fetched: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a call's outcome for `/health`.
+    pub(super) fn observe(&self, outcome: Result<(), &ProviderError>) {
+        self.lock().observe(Instant::now(), outcome);
+    }
+
+    fn fetch_ended(&self, result: Result<Vec<ModelInfo>, ProviderError>) {
+        self.lock().fetch_ended(Instant::now(), result);
+        self.fetched.notify_all();
+    }
+}
 
 /// An OpenAI-compatible provider.
 pub struct Provider {
     cfg: ProviderConfig,
     agent: ureq::Agent,
-    models: Mutex<ModelCache>,
+    shared: Arc<Shared>,
 }
 
 impl Provider {
@@ -70,7 +106,7 @@ impl Provider {
         Provider {
             cfg,
             agent,
-            models: Mutex::new(None),
+            shared: Arc::default(),
         }
     }
 
@@ -78,14 +114,10 @@ impl Provider {
         &self.cfg.base_url
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}/{path}", self.cfg.base_url)
-    }
-
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         let mut r = self
             .agent
-            .post(&self.url(path))
+            .post(&url(&self.cfg, path))
             .header("Content-Type", "application/json");
         if let Some(k) = &self.cfg.api_key {
             r = r.header("Authorization", &format!("Bearer {k}"));
@@ -96,8 +128,8 @@ impl Provider {
     /// Starts a streamed chat completion. Errors (including an unreachable provider)
     /// arrive through the stream.
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {
-        let (tx, rx) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::sync_channel(config::STREAM_BUFFER_CHUNKS);
+        let cancel = Arc::default();
         let body = request_body(req, true).to_string();
         // The transport gives up a little after the caller would have.
         let per_read =
@@ -108,19 +140,25 @@ impl Provider {
             .config()
             .timeout_per_read(Some(per_read))
             .build();
-        let flag = Arc::clone(&cancel);
+        let stream = ChatStream::new(rx, cancel, &self.cfg, Arc::clone(&self.shared));
+        let flag = stream.cancel_handle();
         thread::spawn(move || read_stream(request, body, &tx, &flag));
-        ChatStream::new(
-            rx,
-            cancel,
-            self.cfg.first_token_timeout,
-            self.cfg.idle_timeout,
-        )
+        stream
     }
 
     /// A whole completion, not streamed (summaries, distillation, titles), within
     /// `timeout`.
     pub fn complete(
+        &self,
+        req: &ChatRequest,
+        timeout: Duration,
+    ) -> Result<Completion, ProviderError> {
+        let result = self.complete_inner(req, timeout);
+        self.shared.observe(result.as_ref().map(|_| ()));
+        result
+    }
+
+    fn complete_inner(
         &self,
         req: &ChatRequest,
         timeout: Duration,
@@ -132,11 +170,12 @@ impl Provider {
             .timeout_global(Some(timeout))
             .build();
         let resp = request.send(body).map_err(|e| classify(e, timeout))?;
-        let status = resp.status().as_u16();
-        let text = read_limited(resp, usize::MAX).map_err(|e| classify_io(&e, timeout))?;
-        if status != 200 {
-            return Err(http_error(status, &text));
-        }
+        let text = read_body(
+            resp,
+            config::MAX_COMPLETION_BODY_BYTES,
+            "completion",
+            timeout,
+        )?;
         let parts = parse_chunk(&text).ok_or_else(|| ProviderError::Malformed(excerpt(&text)))?;
         if let Some(e) = parts.error {
             return Err(ProviderError::Remote(e));
@@ -156,39 +195,91 @@ impl Provider {
         })
     }
 
-    /// The provider's models, from a listing at most [`config::MODELS_CACHE_TTL`] old.
+    /// The provider's models: a listing at most [`ProviderConfig::models_ttl`] old, else
+    /// the last known one (refreshed in the background), else the outcome of a fetch,
+    /// waited for as long as a fetch may take. For a turn, which needs the listing.
     pub fn models(&self) -> Result<Arc<Vec<ModelInfo>>, ProviderError> {
-        let mut cache = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, list)) = cache.as_ref() {
-            if at.elapsed() < config::MODELS_CACHE_TTL {
-                return Ok(Arc::clone(list));
-            }
-        }
-        let list = Arc::new(self.fetch_models()?);
-        *cache = Some((Instant::now(), Arc::clone(&list)));
-        Ok(list)
+        self.models_within(config::MODELS_TIMEOUT + config::TRANSPORT_READ_GRACE)
     }
 
-    fn fetch_models(&self) -> Result<Vec<ModelInfo>, ProviderError> {
-        let timeout = config::MODELS_TIMEOUT;
-        let mut r = self.agent.get(&self.url("models"));
-        if let Some(k) = &self.cfg.api_key {
-            r = r.header("Authorization", &format!("Bearer {k}"));
+    /// As [`Provider::models`], but waits at most `wait` when no listing is known: a
+    /// request handler must not hang on a hung provider. Past `wait` it is
+    /// [`ProviderError::Timeout`], and the fetch goes on for the next caller.
+    pub fn models_within(&self, wait: Duration) -> Result<Arc<Vec<ModelInfo>>, ProviderError> {
+        let deadline = Instant::now() + wait;
+        let mut st = self.shared.lock();
+        let mut waiting_since: Option<u64> = None;
+        loop {
+            if waiting_since.is_some_and(|n| st.fetches_ended() != n) {
+                return st.last_outcome();
+            }
+            let now = Instant::now();
+            let (answer, fetch) = st.listing(now, self.cfg.ttls());
+            if let Listing::Answer(answer) = answer {
+                if fetch {
+                    self.start_fetch(&mut st);
+                }
+                return answer;
+            }
+            waiting_since.get_or_insert(st.fetches_ended());
+            if fetch {
+                self.start_fetch(&mut st);
+                continue;
+            }
+            if now >= deadline {
+                return Err(ProviderError::Timeout(wait));
+            }
+            st = self
+                .shared
+                .fetched
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
-        let resp = r
-            .config()
-            .timeout_global(Some(timeout))
-            .build()
-            .call()
-            .map_err(|e| classify(e, timeout))?;
-        let status = resp.status().as_u16();
-        let text = read_limited(resp, usize::MAX).map_err(|e| classify_io(&e, timeout))?;
-        if status != 200 {
-            return Err(http_error(status, &text));
+    }
+
+    /// Whether the provider answered its latest call or probe, for `/health`. When that is
+    /// older than [`ProviderConfig::probe_after`], probes it (one listing fetch); a probe
+    /// gets `wait` from its start to answer, after which every caller takes the last known
+    /// state at once.
+    pub fn reachable(&self, wait: Duration) -> bool {
+        let mut st = self.shared.lock();
+        if st.wants_probe(Instant::now(), self.cfg.ttls()) {
+            self.start_fetch(&mut st);
         }
-        let body: Value =
-            serde_json::from_str(&text).map_err(|_| ProviderError::Malformed(excerpt(&text)))?;
-        Ok(parse_models(&body))
+        if let Some(started) = st.fetching() {
+            let until = started + wait;
+            loop {
+                let now = Instant::now();
+                if st.fetching() != Some(started) || now >= until {
+                    break;
+                }
+                st = self
+                    .shared
+                    .fetched
+                    .wait_timeout(st, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        }
+        st.reachable()
+    }
+
+    /// Starts the one listing fetch, on its own thread so no caller holds anything while
+    /// the provider takes its time.
+    fn start_fetch(&self, st: &mut State) {
+        st.fetch_started(Instant::now());
+        let agent = self.agent.clone();
+        let cfg = self.cfg.clone();
+        let shared = Arc::clone(&self.shared);
+        let spawned = thread::Builder::new()
+            .name("brain-models".into())
+            .spawn(move || shared.fetch_ended(fetch_models(&agent, &cfg)));
+        if let Err(e) = spawned {
+            let why = format!("cannot start a thread to list the models: {e}");
+            st.fetch_ended(Instant::now(), Err(ProviderError::Unreachable(why)));
+            self.shared.fetched.notify_all();
+        }
     }
 
     /// The model to use: the configured one, else the first the provider lists.
@@ -205,76 +296,106 @@ impl Provider {
     /// A model's context window: `override_tokens` (the `--context-window` flag, for the
     /// chat model) if given, else the listing's, else [`config::DEFAULT_WINDOW_TOKENS`].
     pub fn window(&self, model: &str, override_tokens: Option<u64>) -> Window {
-        if let Some(tokens) = override_tokens {
-            return Window {
-                tokens,
-                source: "--context-window",
-            };
+        if override_tokens.is_some() {
+            return window_in(&[], model, override_tokens);
         }
-        let listed = self.models().ok().and_then(|list| {
-            list.iter()
-                .find(|m| m.id == model)
-                .and_then(|m| Some((m.window?, m.window_source?)))
-        });
-        match listed {
-            Some((tokens, source)) => Window { tokens, source },
-            None => Window {
-                tokens: config::DEFAULT_WINDOW_TOKENS,
-                source: "default",
-            },
+        match self.models() {
+            Ok(list) => window_in(&list, model, None),
+            Err(_) => window_in(&[], model, None),
         }
     }
 }
 
-/// What the reader thread tells the stream.
-enum Wire {
-    Bytes(Vec<u8>),
-    End,
-    Failed(ProviderError),
+/// A model's window in `list`, as [`Provider::window`] decides it, for a caller that
+/// already holds a listing.
+pub fn window_in(list: &[ModelInfo], model: &str, override_tokens: Option<u64>) -> Window {
+    if let Some(tokens) = override_tokens {
+        return Window {
+            tokens,
+            source: "--context-window",
+        };
+    }
+    let listed = list
+        .iter()
+        .find(|m| m.id == model)
+        .and_then(|m| Some((m.window?, m.window_source?)));
+    match listed {
+        Some((tokens, source)) => Window { tokens, source },
+        None => Window {
+            tokens: config::DEFAULT_WINDOW_TOKENS,
+            source: "default",
+        },
+    }
 }
 
-fn read_stream(
-    request: ureq::RequestBuilder<ureq::typestate::WithBody>,
-    body: String,
-    tx: &Sender<Wire>,
-    cancel: &AtomicBool,
-) {
-    let resp = match request.send(body) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.send(Wire::Failed(classify(e, Duration::ZERO)));
-            return;
-        }
-    };
+fn url(cfg: &ProviderConfig, path: &str) -> String {
+    format!("{}/{path}", cfg.base_url)
+}
+
+fn fetch_models(
+    agent: &ureq::Agent,
+    cfg: &ProviderConfig,
+) -> Result<Vec<ModelInfo>, ProviderError> {
+    let timeout = config::MODELS_TIMEOUT;
+    let mut r = agent.get(&url(cfg, "models"));
+    if let Some(k) = &cfg.api_key {
+        r = r.header("Authorization", &format!("Bearer {k}"));
+    }
+    let resp = r
+        .config()
+        .timeout_global(Some(timeout))
+        .build()
+        .call()
+        .map_err(|e| classify(e, timeout))?;
+    let text = read_body(
+        resp,
+        config::MAX_MODELS_BODY_BYTES,
+        "model listing",
+        timeout,
+    )?;
+    let body: Value =
+        serde_json::from_str(&text).map_err(|_| ProviderError::Malformed(excerpt(&text)))?;
+    Ok(parse_models(&body))
+}
+
+/// A 200's body of at most `limit` bytes; a longer one is [`ProviderError::Malformed`] (a
+/// broken or hostile provider must not fill our memory), any other status its error.
+fn read_body(
+    resp: ureq::http::Response<ureq::Body>,
+    limit: usize,
+    what: &str,
+    timeout: Duration,
+) -> Result<String, ProviderError> {
     let status = resp.status().as_u16();
     if status != 200 {
-        let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES).unwrap_or_default();
-        let _ = tx.send(Wire::Failed(http_error(status, &text)));
-        return;
+        let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES)
+            .map_err(|e| classify_io(&e, timeout))?;
+        return Err(http_error(status, &text));
     }
-    let mut reader = resp.into_body().into_reader();
-    let mut buf = vec![0u8; config::PROVIDER_READ_CHUNK_BYTES];
-    while !cancel.load(Ordering::SeqCst) {
-        let msg = match reader.read(&mut buf) {
-            Ok(0) => Wire::End,
-            Ok(n) => Wire::Bytes(buf[..n].to_vec()),
-            Err(e) => Wire::Failed(ProviderError::Cut(e.to_string())),
-        };
-        let last = !matches!(msg, Wire::Bytes(_));
-        if tx.send(msg).is_err() || last {
-            return;
-        }
+    let bytes = read_bytes(resp, limit + 1).map_err(|e| classify_io(&e, timeout))?;
+    if bytes.len() > limit {
+        return Err(ProviderError::Malformed(format!(
+            "the {what} is larger than {limit} bytes"
+        )));
     }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+/// At most `limit` bytes of a body, as text (an error body, kept as an excerpt).
+pub(super) fn read_limited(
+    resp: ureq::http::Response<ureq::Body>,
+    limit: usize,
+) -> std::io::Result<String> {
+    Ok(String::from_utf8_lossy(&read_bytes(resp, limit)?).into_owned())
 }
 
-fn read_limited(resp: ureq::http::Response<ureq::Body>, limit: usize) -> std::io::Result<String> {
+fn read_bytes(resp: ureq::http::Response<ureq::Body>, limit: usize) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     let reader = resp.into_body().into_reader();
     reader.take(limit as u64).read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(bytes)
 }
 
-fn http_error(status: u16, body: &str) -> ProviderError {
+pub(super) fn http_error(status: u16, body: &str) -> ProviderError {
     ProviderError::Http {
         status,
         body: excerpt(body),
@@ -282,7 +403,7 @@ fn http_error(status: u16, body: &str) -> ProviderError {
 }
 
 /// At most [`config::MAX_PROVIDER_ERROR_BODY_BYTES`] of a body, cut on a char boundary.
-fn excerpt(text: &str) -> String {
+pub(super) fn excerpt(text: &str) -> String {
     let mut end = text.len().min(config::MAX_PROVIDER_ERROR_BODY_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -290,7 +411,7 @@ fn excerpt(text: &str) -> String {
     text[..end].trim().to_owned()
 }
 
-fn classify(e: ureq::Error, timeout: Duration) -> ProviderError {
+pub(super) fn classify(e: ureq::Error, timeout: Duration) -> ProviderError {
     match e {
         ureq::Error::Io(io) => classify_io(&io, timeout),
         ureq::Error::Timeout(_) => ProviderError::Timeout(timeout),
@@ -308,221 +429,5 @@ fn classify_io(e: &std::io::Error, timeout: Duration) -> ProviderError {
         ConnectionRefused | ConnectionReset | ConnectionAborted | NotConnected
         | AddrNotAvailable => ProviderError::Unreachable(e.to_string()),
         _ => ProviderError::Cut(e.to_string()),
-    }
-}
-
-/// A streamed chat completion: an iterator of events that ends after the provider's
-/// `[DONE]` (or its end after a `finish_reason`), or with one error.
-pub struct ChatStream {
-    rx: Receiver<Wire>,
-    cancel: Arc<AtomicBool>,
-    first_token_timeout: Duration,
-    idle_timeout: Duration,
-    started: Instant,
-    last_data: Instant,
-    seen_token: bool,
-    saw_finish: bool,
-    finished: bool,
-    parser: SseParser,
-    think: ThinkSplitter,
-    frames: Vec<Frame>,
-    pending: VecDeque<StreamEvent>,
-}
-
-impl ChatStream {
-    fn new(
-        rx: Receiver<Wire>,
-        cancel: Arc<AtomicBool>,
-        first: Duration,
-        idle: Duration,
-    ) -> ChatStream {
-        let now = Instant::now();
-        ChatStream {
-            rx,
-            cancel,
-            first_token_timeout: first,
-            idle_timeout: idle,
-            started: now,
-            last_data: now,
-            seen_token: false,
-            saw_finish: false,
-            finished: false,
-            parser: SseParser::new(),
-            think: ThinkSplitter::new(),
-            frames: Vec::new(),
-            pending: VecDeque::new(),
-        }
-    }
-
-    /// A handle that stops the stream from another thread: the next call to `next`
-    /// returns [`ProviderError::Cancelled`] within [`config::STREAM_CANCEL_POLL`].
-    pub fn cancel_handle(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.cancel)
-    }
-
-    fn fail(&mut self, e: ProviderError) -> Option<Result<StreamEvent, ProviderError>> {
-        self.finished = true;
-        self.cancel.store(true, Ordering::SeqCst);
-        Some(Err(e))
-    }
-
-    /// The time left before the current timeout, and which error it would be.
-    fn deadline(&self) -> (Duration, ProviderError) {
-        if self.seen_token {
-            let left = self.idle_timeout.saturating_sub(self.last_data.elapsed());
-            (left, ProviderError::IdleTimeout(self.idle_timeout))
-        } else {
-            let left = self
-                .first_token_timeout
-                .saturating_sub(self.started.elapsed());
-            (
-                left,
-                ProviderError::FirstTokenTimeout(self.first_token_timeout),
-            )
-        }
-    }
-
-    fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), ProviderError> {
-        let mut frames = std::mem::take(&mut self.frames);
-        let fed = self.parser.feed(bytes, &mut frames);
-        let mut result = fed.map_err(|e| ProviderError::Malformed(e.to_string()));
-        for f in frames.drain(..) {
-            if result.is_ok() && !self.finished {
-                result = self.on_frame(&f.data);
-            }
-        }
-        self.frames = frames;
-        result
-    }
-
-    fn on_frame(&mut self, data: &str) -> Result<(), ProviderError> {
-        self.last_data = Instant::now();
-        if data.trim() == "[DONE]" {
-            self.end_of_content();
-            self.finished = true;
-            return Ok(());
-        }
-        let parts = parse_chunk(data).ok_or_else(|| ProviderError::Malformed(excerpt(data)))?;
-        if let Some(e) = parts.error {
-            return Err(ProviderError::Remote(e));
-        }
-        if let Some(r) = parts.reasoning.filter(|r| !r.is_empty()) {
-            self.token(StreamEvent::Reasoning(r));
-        }
-        if let Some(c) = parts.content {
-            let split = self.think.push(&c);
-            self.queue_split(split);
-        }
-        if let Some(u) = parts.usage {
-            self.pending.push_back(StreamEvent::Usage(u));
-        }
-        if let Some(f) = parts.finish_reason {
-            self.end_of_content();
-            self.saw_finish = true;
-            self.pending.push_back(StreamEvent::Finish(f));
-        }
-        Ok(())
-    }
-
-    fn token(&mut self, ev: StreamEvent) {
-        self.seen_token = true;
-        self.pending.push_back(ev);
-    }
-
-    fn queue_split(&mut self, split: Split) {
-        if !split.reasoning.is_empty() {
-            self.token(StreamEvent::Reasoning(split.reasoning));
-        }
-        if !split.text.is_empty() {
-            self.token(StreamEvent::Text(split.text));
-        }
-    }
-
-    fn end_of_content(&mut self) {
-        let rest = self.think.finish();
-        self.queue_split(rest);
-    }
-}
-
-/// What [`ChatStream::poll`] found within its wait.
-#[derive(Debug, PartialEq)]
-pub enum Poll {
-    Event(Result<StreamEvent, ProviderError>),
-    /// Nothing yet: the stream is alive and within its timeouts.
-    Idle,
-    /// The stream is over.
-    Done,
-}
-
-impl ChatStream {
-    /// Waits at most `wait` for the next event, so a caller can do timed work (a
-    /// checkpoint every 2 s) while the provider is slow.
-    pub fn poll(&mut self, wait: Duration) -> Poll {
-        let until = Instant::now() + wait;
-        loop {
-            if let Some(ev) = self.pending.pop_front() {
-                return Poll::Event(Ok(ev));
-            }
-            if self.finished {
-                return Poll::Done;
-            }
-            if self.cancel.load(Ordering::SeqCst) {
-                return self.failed(ProviderError::Cancelled);
-            }
-            let (left, timeout_error) = self.deadline();
-            if left.is_zero() {
-                return self.failed(timeout_error);
-            }
-            let now = Instant::now();
-            if now >= until {
-                return Poll::Idle;
-            }
-            let slice = left.min(config::STREAM_CANCEL_POLL).min(until - now);
-            match self.rx.recv_timeout(slice) {
-                Ok(Wire::Bytes(b)) => {
-                    if let Err(e) = self.on_bytes(&b) {
-                        return self.failed(e);
-                    }
-                }
-                Ok(Wire::End) if self.saw_finish => {
-                    self.end_of_content();
-                    self.finished = true;
-                }
-                Ok(Wire::End) | Err(RecvTimeoutError::Disconnected) => {
-                    return self
-                        .failed(ProviderError::Cut("the stream ended before [DONE]".into()));
-                }
-                Ok(Wire::Failed(e)) => return self.failed(e),
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-        }
-    }
-
-    fn failed(&mut self, e: ProviderError) -> Poll {
-        match self.fail(e) {
-            Some(r) => Poll::Event(r),
-            None => Poll::Done,
-        }
-    }
-}
-
-impl Iterator for ChatStream {
-    type Item = Result<StreamEvent, ProviderError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            match self.poll(Duration::from_secs(3600)) {
-                Poll::Event(e) => return Some(e),
-                Poll::Done => return None,
-                Poll::Idle => {}
-            }
-        }
-    }
-}
-
-impl Drop for ChatStream {
-    fn drop(&mut self) {
-        // Tells the reader thread to stop at its next read.
-        self.cancel.store(true, Ordering::SeqCst);
     }
 }

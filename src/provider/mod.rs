@@ -5,7 +5,9 @@
 //! - [`sse`]: the incremental SSE parser (pure).
 //! - [`think`]: a leading `<think>` block moved to reasoning (pure).
 //! - [`wire`]: request bodies, chunks, usage, listings (pure).
-//! - [`client`]: the HTTP side (ureq), timeouts, cancellation.
+//! - [`state`]: what the client remembers: the listing and the last observation (pure).
+//! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
+//! - [`stream`]: a streamed completion, its timeouts and cancellation.
 //!
 //! **Architecture invariant:** `provider` knows nothing of sessions: it takes a system
 //! prompt and messages and gives back events and errors. Usage is normalised here, once:
@@ -13,6 +15,8 @@
 
 pub mod client;
 pub mod sse;
+pub mod state;
+pub mod stream;
 pub mod think;
 pub mod wire;
 
@@ -20,7 +24,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use client::{ChatStream, Poll, Provider, ProviderConfig};
+pub use client::{Provider, ProviderConfig, window_in};
+pub use stream::{ChatStream, Poll};
 
 use crate::session::events::Usage;
 

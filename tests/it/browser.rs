@@ -1,27 +1,38 @@
 //! The web UI in a real headless Chromium: runs `tests/browser/ui.test.mjs` (node's test
 //! runner with playwright-core) against this build's binary and `mock_llm`. It needs
-//! Debian's Chromium and `tests/browser/node_modules` (`.ci/browser-deps` installs both);
-//! without them it says so and passes, except under CI, where it must run.
+//! Chromium (`/usr/bin/chromium`, or where `CHROMIUM` says), node and
+//! `tests/browser/node_modules` (`.ci/browser-deps` installs them); without them it passes
+//! with a `SKIPPED` line in `cargo test`'s output, except under CI, where it must run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::support::skipped;
 
 #[test]
 fn the_web_ui_in_headless_chromium() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let modules = root.join("tests/browser/node_modules/playwright-core");
-    let chromium = Path::new("/usr/bin/chromium");
+    // The same variable and default as ui.test.mjs.
+    let chromium = std::env::var_os("CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
     let node = Command::new("node")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !(modules.exists() && chromium.exists() && node) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install the browser test's needs (.ci/browser-deps)"
-        );
-        eprintln!(
-            "browser test skipped: run .ci/browser-deps to install Chromium and playwright-core"
+    let missing: Vec<String> = [
+        (!chromium.exists()).then(|| format!("Chromium ({})", chromium.display())),
+        (!node).then(|| "node".to_owned()),
+        (!modules.exists()).then(|| "playwright-core (tests/browser/node_modules)".to_owned()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !missing.is_empty() {
+        skipped(
+            "browser::the_web_ui_in_headless_chromium",
+            &format!("missing {}", missing.join(", ")),
+            "run .ci/browser-deps, or point CHROMIUM at a Chromium binary",
         );
         return;
     }
@@ -49,4 +60,20 @@ fn the_web_ui_in_headless_chromium() {
         "{report}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A skip shows in a plain `cargo test` (not only with `--nocapture`), and under CI a
+/// missing browser is a failure.
+#[test]
+fn without_chromium_the_skip_is_visible_and_ci_fails() {
+    const TEST: &str = "browser::the_web_ui_in_headless_chromium";
+    let missing = ("CHROMIUM", Some("/nonexistent/chromium"));
+    let (ok, out) = crate::support::run_this_test(TEST, &[missing, ("CI", None)]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("SKIPPED {TEST}")) && out.contains(".ci/browser-deps"),
+        "{out}"
+    );
+    let (ok, out) = crate::support::run_this_test(TEST, &[missing, ("CI", Some("1"))]);
+    assert!(!ok, "a missing browser fails under CI: {out}");
 }

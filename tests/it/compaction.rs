@@ -556,7 +556,10 @@ proptest! {
 #[test]
 fn the_budget_follows_the_serving_models_window_and_falls_back_on_errors() {
     let mock = MockLlm::start(&["--models-fail", "1"]);
-    let provider = Arc::new(Provider::new(ProviderConfig::new(&mock.url)));
+    let mut cfg = ProviderConfig::new(&mock.url);
+    // Not even briefly: the next call fetches again.
+    cfg.models_failure_ttl = std::time::Duration::ZERO;
+    let provider = Arc::new(Provider::new(cfg));
     // The listing fails once: the fallback window, not cached.
     assert_eq!(provider.window("mock-studio", None).source, "default");
     let small = provider.window("mock-studio", None);

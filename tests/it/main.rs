@@ -12,6 +12,7 @@ mod ledger;
 mod listing;
 mod migrations;
 mod provider;
+mod provider_health;
 mod real_llm;
 mod search;
 mod server;

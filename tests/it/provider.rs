@@ -302,14 +302,30 @@ fn non_streaming_completions_for_background_work() {
 }
 
 #[test]
-fn the_listing_gives_each_servers_window_cached_and_errors_not_cached() {
+fn the_listing_gives_each_servers_window_cached_and_failures_remembered_briefly() {
     let mock = MockLlm::start(&["--n-ctx", "6144", "--models-fail", "1"]);
-    let p = provider(&mock);
-    assert!(matches!(
-        p.models(),
-        Err(ProviderError::Http { status: 500, .. })
-    ));
-    let models = p.models().expect("the error was not cached");
+    let mut cfg = ProviderConfig::new(&mock.url);
+    cfg.models_failure_ttl = Duration::from_millis(300);
+    let p = Provider::new(cfg);
+    for _ in 0..3 {
+        assert!(matches!(
+            p.models(),
+            Err(ProviderError::Http { status: 500, .. })
+        ));
+    }
+    assert_eq!(
+        mock.stats()["models_calls"],
+        1,
+        "a failure is remembered, not asked again at once"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    let models = loop {
+        match p.models() {
+            Ok(m) => break m,
+            Err(e) => assert!(Instant::now() < until, "still failing: {e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let windows: Vec<(&str, Option<u64>)> =
         models.iter().map(|m| (m.id.as_str(), m.window)).collect();
     assert_eq!(
@@ -367,4 +383,39 @@ fn the_api_key_is_sent_as_a_bearer_token_from_the_named_variable() {
         mock.requests()[2].get("_authorization").is_none(),
         "no key, no header"
     );
+}
+
+/// A provider whose bodies never end: each read stops at its named limit with a clear
+/// error, and the client stays usable.
+#[test]
+fn endless_bodies_are_refused_at_their_limits() {
+    let mock = MockLlm::start(&[]);
+    let p = provider(&mock);
+    mock.models_mode("endless");
+    let e = p.models().expect_err("an endless listing");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+
+    mock.script(json!({"endless": true, "kind": "complete"}));
+    let e = p
+        .complete(&ask("summarise"), Duration::from_secs(30))
+        .expect_err("an endless completion");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+
+    mock.script(json!({"endless": true, "kind": "stream"}));
+    let c = collect(p.stream_chat(&ask("q")));
+    let e = c.error.expect("an endless line");
+    assert!(
+        matches!(&e, ProviderError::Malformed(m) if m.contains("larger than")),
+        "{e:?}"
+    );
+    assert_eq!(c.text, "");
+
+    let ok = collect(p.stream_chat(&ask("still there?")));
+    assert_eq!(ok.error, None, "the client is still usable");
 }

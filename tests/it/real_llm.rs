@@ -8,17 +8,23 @@ use std::time::Duration;
 use brain::provider::{ChatRequest, ChatRole, Provider, ProviderConfig, StreamEvent};
 use brain::session::events::Usage;
 
+use crate::support::{skip_notice, skipped};
+
+/// The server's URL, or `None` after reporting the skip (under CI only when `.ci/run`
+/// says why in `BRAIN_TEST_LLAMA_SKIP`: the server could not be installed or started).
 fn llama_url() -> Option<String> {
+    const TEST: &str =
+        "real_llm::a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache";
     if let Ok(url) = std::env::var("BRAIN_TEST_LLAMA_URL") {
         return Some(url);
     }
     match std::env::var("BRAIN_TEST_LLAMA_SKIP") {
-        Ok(reason) => eprintln!("real LLM test skipped: {reason}"),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("CI must set BRAIN_TEST_LLAMA_URL or BRAIN_TEST_LLAMA_SKIP (see .ci/run)")
-        }
-        Err(_) => eprintln!(
-            "real LLM test skipped: no server (run `.ci/llama-up` and set BRAIN_TEST_LLAMA_URL)"
+        // An explicit, reasoned skip stands even under CI, and still shows.
+        Ok(reason) => skip_notice(TEST, &format!("{reason} (BRAIN_TEST_LLAMA_SKIP)")),
+        Err(_) => skipped(
+            TEST,
+            "no llama.cpp server (BRAIN_TEST_LLAMA_URL is unset)",
+            "set BRAIN_TEST_LLAMA_URL to the URL `.ci/llama-up` prints",
         ),
     }
     None
@@ -79,4 +85,25 @@ fn a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache() {
         second.cache_read_tokens + 8 >= prompt,
         "the repeated prompt is served from the KV cache: {second:?} after {first:?}"
     );
+}
+
+/// A skip shows in a plain `cargo test` (not only with `--nocapture`), and under CI a
+/// missing server is a failure.
+#[test]
+fn without_a_server_the_skip_is_visible_and_ci_fails() {
+    const TEST: &str =
+        "real_llm::a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache";
+    let unset = [
+        ("BRAIN_TEST_LLAMA_URL", None),
+        ("BRAIN_TEST_LLAMA_SKIP", None),
+    ];
+    let (ok, out) = crate::support::run_this_test(TEST, &[&unset[..], &[("CI", None)]].concat());
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("SKIPPED {TEST}")) && out.contains("BRAIN_TEST_LLAMA_URL"),
+        "{out}"
+    );
+    let (ok, out) =
+        crate::support::run_this_test(TEST, &[&unset[..], &[("CI", Some("1"))]].concat());
+    assert!(!ok, "a missing server fails under CI: {out}");
 }

@@ -146,8 +146,14 @@ impl MockLlm {
             "{} missing: run `cargo build --examples`",
             bin.display()
         );
+        // A caller's `--port` (to bring a stopped mock back where it was) wins.
+        let port: &[&str] = if args.contains(&"--port") {
+            &[]
+        } else {
+            &["--port", "0"]
+        };
         let mut child = std::process::Command::new(&bin)
-            .args(["--port", "0"])
+            .args(port)
             .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -177,6 +183,20 @@ impl MockLlm {
         self.get("_mock/stats")
     }
 
+    /// How later `GET /models` answer: `ok`, `fail`, `hang` or `endless`.
+    pub fn models_mode(&self, mode: &str) {
+        self.post("_mock/models", serde_json::json!({"mode": mode}));
+    }
+
+    /// The port it listens on (to start it again there after dropping it).
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|rest| rest.trim_end_matches("/v1").parse().ok())
+            .expect("mock port")
+    }
+
     fn root(&self) -> String {
         self.url.trim_end_matches("/v1").to_owned()
     }
@@ -204,4 +224,50 @@ impl Drop for MockLlm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether this is a CI run (`CI` set), where every test must run for real.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// Reports that `test` cannot run here because `missing`, and how to `enable` it. Under CI
+/// that is a failure; elsewhere the test passes with a [`skip_notice`].
+pub fn skipped(test: &str, missing: &str, enable: &str) {
+    assert!(
+        !under_ci(),
+        "{test} must run under CI, but {missing}. To run it: {enable}"
+    );
+    skip_notice(test, &format!("{missing}. To run it: {enable}"));
+}
+
+/// A `SKIPPED <test>: <why>` line in the output of a plain `cargo test`. libtest captures
+/// only what the `print!` family writes (rust-lang/rust#90785), and shows a passing test's
+/// captured output only with `--nocapture`, so the line goes to the process's stderr
+/// directly.
+pub fn skip_notice(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("\nSKIPPED {test}: {why}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Runs one test of this binary in a child process (with `env` changed, `None` removing a
+/// variable): its exit status and everything it wrote, stdout then stderr.
+pub fn run_this_test(name: &str, env: &[(&str, Option<&str>)]) -> (bool, String) {
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([name, "--exact", "--test-threads", "1"]);
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("run the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
