@@ -190,19 +190,28 @@ fn health(api: &Api) -> Answer {
     )
 }
 
-fn models(api: &Api) -> Answer {
-    let p = api.engine.provider();
-    let s = api.engine.settings();
-    // A bounded wait when nothing is known yet, else the last known listing at once.
-    let list = p
+/// The last known listing (a bounded wait when none is known yet) and the chat model:
+/// the configured one, else the first listed.
+fn known_models(api: &Api) -> (Vec<crate::provider::ModelInfo>, Option<String>) {
+    let list = api
+        .engine
+        .provider()
         .models_within(crate::config::MODELS_ROUTE_WAIT)
         .map(|l| l.to_vec())
         .unwrap_or_default();
-    let chat = s
+    let chat = api
+        .engine
+        .settings()
         .chat_model
         .clone()
         .filter(|m| !m.is_empty())
         .or_else(|| list.first().map(|m| m.id.clone()));
+    (list, chat)
+}
+
+fn models(api: &Api) -> Answer {
+    let s = api.engine.settings();
+    let (list, chat) = known_models(api);
     let models: Vec<Value> = list
         .iter()
         .map(|m| {
@@ -320,9 +329,14 @@ fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
     let ctx = llm_context(&store.events_for_context(id)?);
     let tokens = api.estimator.context(&ctx);
     let s = api.engine.settings();
-    let p = api.engine.provider();
-    let model = p.resolve_model(s.chat_model.as_deref()).ok();
-    let window = p.window(model.as_deref().unwrap_or_default(), s.context_window);
+    // Like `/v1/models`: the last known listing, or a bounded wait when none is known, so
+    // a hung provider cannot hold this page.
+    let (list, model) = known_models(api);
+    let window = crate::provider::window_in(
+        &list,
+        model.as_deref().unwrap_or_default(),
+        s.context_window,
+    );
     let budget = Budget {
         window: window.tokens,
         compact_at: s.compact_at,
