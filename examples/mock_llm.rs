@@ -21,7 +21,8 @@
 //!   that many chunks, no `[DONE]`), `garbage_after`, `status` (an HTTP error), `hang`
 //!   (headers, then silence), `hang_before_headers`, `finish_reason`, `no_usage`, `endless`
 //!   (a 200 whose body never ends: streamed, one `data:` line without a newline; not
-//!   streamed, a JSON completion whose content never closes).
+//!   streamed, a JSON completion whose content never closes), `endless_chunks` (a stream
+//!   of valid 64 KiB text chunks that never finishes).
 //! - Prompt-cache accounting: `cached_tokens` is the longest common prefix, in the mock's
 //!   whitespace tokens, between this prompt and any earlier one.
 //! - `GET /_mock/requests`: every chat request body received (with its `Authorization`
@@ -317,6 +318,9 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
     if step["hang_before_headers"] == true {
         thread::sleep(Duration::from_secs(3600));
     }
+    if step["endless_chunks"] == true {
+        return endless_chunks(stream);
+    }
     if step["endless"] == true {
         let head = if body["stream"] == true {
             "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \""
@@ -414,6 +418,21 @@ fn endless(stream: &mut TcpStream, head: &str) -> std::io::Result<()> {
     let block = vec![b'x'; 64 * 1024];
     loop {
         stream.write_all(&block)?;
+    }
+}
+
+/// A stream of valid text chunks without end, until the client hangs up.
+fn endless_chunks(stream: &mut TcpStream) -> std::io::Result<()> {
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    )?;
+    let frame = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(64 * 1024)}}]})
+    );
+    loop {
+        stream.write_all(frame.as_bytes())?;
     }
 }
 

@@ -59,6 +59,11 @@ pub const HEALTH_PROBE_WAIT: Duration = Duration::from_millis(250);
 /// The largest model listing read; a longer body is an error, not a memory hog.
 pub const MAX_MODELS_BODY_BYTES: usize = 8 * 1024 * 1024;
 
+/// The largest streamed answer (text and reasoning together) kept for one attempt: a
+/// provider that streams valid text without end is cut there, and the answer so far is
+/// kept as interrupted (SPEC §6), instead of growing in memory until the process dies.
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
 /// The largest non-streamed completion body read (summaries, distillation, titles).
 pub const MAX_COMPLETION_BODY_BYTES: usize = 8 * 1024 * 1024;
 

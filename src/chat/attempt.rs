@@ -280,6 +280,12 @@ fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Str
                     });
                 }
                 relay(turn, ev, out);
+                if out.text.len() + out.reasoning.len() > crate::config::MAX_ANSWER_BYTES {
+                    return Stopped::Error(ProviderError::Malformed(format!(
+                        "the answer is larger than {} bytes",
+                        crate::config::MAX_ANSWER_BYTES
+                    )));
+                }
             }
             Poll::Event(Err(e)) => return Stopped::Error(e),
             Poll::Done => return Stopped::Completed,

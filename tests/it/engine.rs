@@ -315,6 +315,41 @@ fn a_cut_or_a_stall_after_text_is_interrupted_with_the_text_kept() {
 }
 
 #[test]
+fn an_endless_answer_is_cut_at_its_limit_and_kept_as_interrupted() {
+    let mock = MockLlm::start(&[]);
+    let r = rig(&mock);
+    let id = session(&r);
+    let f = turn_with(
+        &mock,
+        &r,
+        id,
+        json!({"kind": "stream", "endless_chunks": true}),
+    );
+    let (status, seq) = end(&f);
+    assert_eq!(status, EndStatus::Interrupted);
+    assert_eq!(error_code(&f).as_deref(), Some("provider_malformed"));
+    assert!(matches!(
+        payload(&r.store, id, seq.unwrap()),
+        Payload::PendingState(_)
+    ));
+    let kept: usize = r
+        .store
+        .events(id, 0, None)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e.decode() {
+            Decoded::Known(Payload::PendingState(p)) => Some(p.text.len()),
+            _ => None,
+        })
+        .sum();
+    let limit = brain::config::MAX_ANSWER_BYTES;
+    assert!(
+        kept > limit && kept <= limit + 64 * 1024,
+        "the partial is kept up to the limit: {kept}"
+    );
+}
+
+#[test]
 fn checkpoints_are_written_while_streaming_and_concatenate_to_the_answer() {
     let mock = MockLlm::start(&[]);
     let settings = EngineSettings {
