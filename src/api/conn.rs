@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::http::{self, Request};
 use super::request::{self, Framing, Head, Parsed};
 use super::routes::{self, Reply};
-use super::server::{BUSY, IDLE, READING, Shared, Slot};
+use super::server::{BUSY, IDLE, READING, Shared, Slot, WRITING};
 
 /// The largest request head (request line and headers).
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -152,9 +152,73 @@ pub fn serve(shared: &Shared, slot: &Slot) {
 }
 
 fn answer_and_close(slot: &Slot, shared: &Shared, e: &ApiError) {
-    let _ = slot.stream.set_write_timeout(Some(shared.request_timeout));
-    let mut w: &TcpStream = &slot.stream;
-    let _ = http::error(e).write_to(&mut w, false, false);
+    if slot.enter(READING, BUSY, shared.connections.now_ms()) {
+        let mut w = SlotWriter::answer(shared, slot);
+        let _ = http::error(e).write_to(&mut w, false, false);
+    }
+}
+
+/// Writes on a connection's socket, marking each write in the registry so that one that
+/// stays blocked (a client not reading) can be closed to make room at the cap, and
+/// bounding each write (and, for an answer, the whole answer) in time.
+struct SlotWriter<'a> {
+    shared: &'a Shared,
+    slot: &'a Slot,
+    per_write: Duration,
+    deadline: Option<Instant>,
+}
+
+impl<'a> SlotWriter<'a> {
+    /// For a complete answer: all of it within the request timeout.
+    fn answer(shared: &'a Shared, slot: &'a Slot) -> SlotWriter<'a> {
+        SlotWriter {
+            shared,
+            slot,
+            per_write: shared.request_timeout,
+            deadline: Some(Instant::now() + shared.request_timeout),
+        }
+    }
+
+    /// For a stream: each write within [`SSE_WRITE_TIMEOUT`], the stream as long as its
+    /// attempt.
+    fn stream(shared: &'a Shared, slot: &'a Slot) -> SlotWriter<'a> {
+        SlotWriter {
+            shared,
+            slot,
+            per_write: SSE_WRITE_TIMEOUT,
+            deadline: None,
+        }
+    }
+}
+
+impl Write for SlotWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut limit = self.per_write;
+        if let Some(d) = self.deadline {
+            limit = limit.min(d.saturating_duration_since(Instant::now()));
+        }
+        if limit.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let closed = || io::Error::from(io::ErrorKind::ConnectionAborted);
+        let now = self.shared.connections.now_ms();
+        if !self.slot.enter(BUSY, WRITING, now) {
+            return Err(closed());
+        }
+        self.slot.stream.set_write_timeout(Some(limit))?;
+        let written = (&self.slot.stream).write(buf);
+        if !self
+            .slot
+            .enter(WRITING, BUSY, self.shared.connections.now_ms())
+        {
+            return Err(closed());
+        }
+        written
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads, judges and answers one request; whether the connection may take another.
@@ -164,8 +228,7 @@ fn one_request(
     input: &mut Input,
     idle: Duration,
 ) -> Result<bool, Stop> {
-    let (head, head_len) = read_head(shared, slot, input, idle)?;
-    let deadline = Instant::now() + shared.request_timeout;
+    let (head, head_len, deadline) = read_head(shared, slot, input, idle)?;
     input.buf.drain(..head_len);
     let target = request::parse_target(&head.target).map_err(Stop::Refused)?;
     let framing = request::framing(&head).map_err(Stop::Refused)?;
@@ -202,8 +265,7 @@ fn one_request(
     match routes::handle(api, &req) {
         Reply::Answer(a) => respond(shared, slot, &req.head, a, true, head_only),
         Reply::Stream(id, sub) => {
-            let _ = slot.stream.set_write_timeout(Some(SSE_WRITE_TIMEOUT));
-            let mut w: &TcpStream = &slot.stream;
+            let mut w = SlotWriter::stream(shared, slot);
             let chunked = req.head.minor_version >= 1;
             let streamed = if head_only {
                 http::stream_head(&mut w, &id.to_string(), chunked)
@@ -239,8 +301,7 @@ fn respond(
 ) -> Result<bool, Stop> {
     let keep = request_consumed && head.keep_alive() && !shared.stopping.load(Ordering::Acquire);
     log::debug!("{} {} -> {}", head.method, head.target, answer.status);
-    let _ = slot.stream.set_write_timeout(Some(shared.request_timeout));
-    let mut w: &TcpStream = &slot.stream;
+    let mut w = SlotWriter::answer(shared, slot);
     match answer.write_to(&mut w, keep, head_only) {
         Ok(()) => Ok(keep),
         Err(_) => Err(Stop::Closed),
@@ -254,7 +315,7 @@ fn read_head(
     slot: &Slot,
     input: &mut Input,
     idle: Duration,
-) -> Result<(Head, usize), Stop> {
+) -> Result<(Head, usize, Instant), Stop> {
     let mut deadline = Instant::now() + idle;
     let mut started = false;
     loop {
@@ -266,15 +327,18 @@ fn read_head(
             deadline = Instant::now() + shared.request_timeout;
         }
         if started {
+            let too_large = || {
+                Stop::Refused(ApiError::new(
+                    431,
+                    "too_large",
+                    format!("the request head is over {MAX_HEAD_BYTES} bytes"),
+                ))
+            };
+            // The head and the body share one deadline, from the request's first byte.
             match request::parse_head(&input.buf).map_err(Stop::Refused)? {
-                Parsed::Complete(head, len) => return Ok((head, len)),
-                Parsed::Partial if input.buf.len() > MAX_HEAD_BYTES => {
-                    return Err(Stop::Refused(ApiError::new(
-                        431,
-                        "too_large",
-                        format!("the request head is over {MAX_HEAD_BYTES} bytes"),
-                    )));
-                }
+                Parsed::Complete(_, len) if len > MAX_HEAD_BYTES => return Err(too_large()),
+                Parsed::Complete(head, len) => return Ok((head, len, deadline)),
+                Parsed::Partial if input.buf.len() > MAX_HEAD_BYTES => return Err(too_large()),
                 Parsed::Partial => {}
             }
         }
@@ -349,16 +413,19 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
     let mut body = Vec::new();
     loop {
         let line = input.line(MAX_CHUNK_LINE_BYTES, deadline)?;
-        let size = line.split(|&b| b == b';').next().unwrap_or_default();
-        let size = std::str::from_utf8(size).map_err(|_| bad())?.trim();
-        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad());
-        }
-        let size = usize::from_str_radix(size, 16).map_err(|_| bad())?;
+        let size = chunk_size(&line).ok_or_else(bad)?;
         if size == 0 {
-            // Trailer fields, then the empty line.
-            while !input.line(MAX_CHUNK_LINE_BYTES, deadline)?.is_empty() {}
-            return Ok(body);
+            // Trailer fields, then the empty line; each must be a plain field line, so no
+            // reader can see a different end of the message.
+            loop {
+                let trailer = input.line(MAX_CHUNK_LINE_BYTES, deadline)?;
+                if trailer.is_empty() {
+                    return Ok(body);
+                }
+                if !is_field_line(&trailer) {
+                    return Err(bad());
+                }
+            }
         }
         if body.len() + size > max {
             return Err(ChunkError::TooLarge);
@@ -366,6 +433,86 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
         body.extend(input.take(size, deadline)?);
         if !input.take(2, deadline)?.eq(b"\r\n") {
             return Err(bad());
+        }
+    }
+}
+
+/// A bare CR or LF, or another control character than HTAB, inside a line.
+fn has_controls(line: &[u8]) -> bool {
+    line.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+}
+
+/// The size of a chunk-size line: 1 to 15 hex digits, then nothing or (after optional
+/// spaces or tabs) `;` and extensions, which are ignored but may hold no control byte.
+fn chunk_size(line: &[u8]) -> Option<usize> {
+    if has_controls(line) {
+        return None;
+    }
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 15 {
+        return None;
+    }
+    let rest = &line[digits..];
+    let rest_ok = rest.is_empty() || {
+        let pad = rest
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+        rest.get(pad) == Some(&b';')
+    };
+    if !rest_ok {
+        return None;
+    }
+    let hex = std::str::from_utf8(&line[..digits]).ok()?;
+    usize::from_str_radix(hex, 16).ok()
+}
+
+/// A trailer line: `name: value`, the name a token, no control byte anywhere.
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    colon > 0 && line[..colon].iter().all(token) && !has_controls(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_lines_are_strict() {
+        assert_eq!(chunk_size(b"1a"), Some(26));
+        assert_eq!(chunk_size(b"0"), Some(0));
+        assert_eq!(chunk_size(b"5;ext=1"), Some(5));
+        assert_eq!(chunk_size(b"5 \t;ext"), Some(5));
+        for bad in [
+            &b""[..],
+            b" 2",
+            b"2 ",
+            b"0x2",
+            b"-2",
+            b"2;\nxx",
+            b"2;\x00\x01",
+            b"2\xc2\xa0",
+            b"1234567890abcdef",
+            b"zz",
+        ] {
+            assert_eq!(chunk_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn trailers_are_plain_field_lines() {
+        assert!(is_field_line(b"X-Trailer: t"));
+        for bad in [
+            &b"not a header"[..],
+            b": v",
+            b"X Y: v",
+            b"X: a\x00",
+            b"X: a\nGET /",
+        ] {
+            assert!(!is_field_line(bad), "{bad:?}");
         }
     }
 }

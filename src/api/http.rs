@@ -70,9 +70,12 @@ impl Answer {
         for (k, v) in &self.headers {
             out.push_str(&format!("{k}: {v}\r\n"));
         }
+        // A 204 carries no body and so no length (RFC 9110 §8.6).
+        if self.status != 204 {
+            out.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
         out.push_str(&format!(
-            "Content-Length: {}\r\nConnection: {}\r\n\r\n",
-            self.body.len(),
+            "Connection: {}\r\n\r\n",
             if keep_alive { "keep-alive" } else { "close" }
         ));
         let mut bytes = out.into_bytes();

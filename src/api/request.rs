@@ -104,7 +104,12 @@ pub fn parse_head(buf: &[u8]) -> Result<Parsed, ApiError> {
         headers: req
             .headers
             .iter()
-            .map(|h| (h.name.to_owned(), text(h.value).trim().to_owned()))
+            // Only SP and HTAB are whitespace around a field value (RFC 9110 §5.5); a
+            // Unicode space around a length must leave it invalid, as a proxy would.
+            .map(|h| {
+                let v = text(h.value);
+                (h.name.to_owned(), v.trim_matches([' ', '\t']).to_owned())
+            })
             .collect(),
     };
     Ok(Parsed::Complete(head, len))
@@ -139,12 +144,18 @@ pub fn framing(head: &Head) -> Result<Framing, ApiError> {
     if hosts == 0 && head.minor_version >= 1 {
         return Err(ApiError::bad_request("an HTTP/1.1 request needs a Host"));
     }
+    if head.all("Authorization").count() > 1 {
+        // A proxy that reads the last one would disagree with a server that reads the first.
+        return bad("two Authorization headers");
+    }
     let lengths: Vec<&str> = head.all("Content-Length").collect();
     let codings: Vec<&str> = head.all("Transfer-Encoding").collect();
     match (lengths.as_slice(), codings.as_slice()) {
         ([], []) => Ok(Framing::None),
         (_, [_, ..]) if !lengths.is_empty() => bad("Content-Length with Transfer-Encoding"),
-        ([], [coding]) if coding.trim().eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+        // HTTP/1.0 has no transfer codings (RFC 9112 §6.1): such a message is faulty.
+        (_, [_, ..]) if head.minor_version == 0 => bad("Transfer-Encoding in HTTP/1.0"),
+        ([], [coding]) if coding.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
         ([], [_]) => bad("only Transfer-Encoding: chunked is understood"),
         ([], _) => bad("more than one Transfer-Encoding"),
         ([one], []) => match content_length(one) {
@@ -158,7 +169,6 @@ pub fn framing(head: &Head) -> Result<Framing, ApiError> {
 
 /// A Content-Length value: decimal digits only (no sign, no list), within u64.
 fn content_length(v: &str) -> Option<u64> {
-    let v = v.trim();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -337,10 +347,23 @@ mod tests {
             "Host: a\r\nTransfer-Encoding: gzip, chunked\r\n",
             "Host: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
             "Host: a\r\nHost: b\r\n",
+            "Host: a\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n",
+            "Host: a\r\nContent-Length: \u{a0}2\r\n",
+            "Host: a\r\nContent-Length: 2\u{3000}\r\n",
+            "Host: a\r\nTransfer-Encoding: chunked\u{a0}\r\n",
+            "Host: a\r\nTransfer-Encoding: \u{85}chunked\r\n",
             "",
         ] {
             assert_eq!(framing_of(bad), Err("bad_request"), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn http_1_0_has_no_transfer_codings() {
+        let h = head("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(framing(&h).unwrap_err().code, "bad_request");
+        let h = head("POST / HTTP/1.0\r\nContent-Length: 2\r\n\r\n");
+        assert_eq!(framing(&h), Ok(Framing::Length(2)));
     }
 
     #[test]

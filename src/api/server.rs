@@ -15,7 +15,7 @@ use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -43,8 +43,27 @@ pub const IDLE: u8 = 0;
 pub const READING: u8 = 1;
 /// A connection whose request is being answered (or streamed).
 pub const BUSY: u8 = 2;
+/// A connection inside one write of its answer (a write that lasts is a client that does
+/// not read).
+pub const WRITING: u8 = 3;
 /// A connection closed to make room; its thread ends at its next step.
-pub const EVICTED: u8 = 3;
+pub const EVICTED: u8 = 4;
+
+/// An idle connection younger than this is closed to make room only when nothing else
+/// can be: its request may be in the socket already, not yet read by its new thread.
+pub const EVICT_MIN_IDLE_MS: u64 = 100;
+
+/// A write blocked this long means a client that is not reading: at the cap, its
+/// connection may be closed to make room (a stream's attempt goes on, I8).
+pub const EVICT_STALLED_WRITE_MS: u64 = 1000;
+
+/// How many closed-to-make-room connections may still hold their descriptor (their
+/// threads not yet gone) before newcomers are refused: the cap bounds descriptors too.
+pub const EVICTED_SLACK: usize = 16;
+
+/// How long the accept loop waits for closed connections to let go of their descriptors
+/// before it refuses a newcomer.
+pub const EVICTED_WAIT: Duration = Duration::from_millis(200);
 
 /// One open connection, shared by its thread and the registry.
 pub struct Slot {
@@ -74,6 +93,8 @@ impl Slot {
 /// The open connections, with the cap.
 pub struct Connections {
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Signalled when a connection's thread has let go of its socket.
+    gone: Condvar,
     next_id: AtomicU64,
     cap: usize,
     epoch: Instant,
@@ -83,6 +104,7 @@ impl Connections {
     pub fn new(cap: usize) -> Connections {
         Connections {
             slots: Mutex::new(HashMap::new()),
+            gone: Condvar::new(),
             next_id: AtomicU64::new(0),
             cap: cap.max(1),
             epoch: Instant::now(),
@@ -106,11 +128,26 @@ impl Connections {
         self.lock().len()
     }
 
-    /// Registers a connection, closing an idle or reading one at the cap; `None` when
-    /// every open connection is busy.
+    /// Registers a connection, closing another to make room at the cap (see
+    /// [`evict_one`]); refused when none may be closed, or when closed ones still hold
+    /// too many descriptors.
     fn register(&self, stream: TcpStream) -> Result<(u64, Arc<Slot>), TcpStream> {
         let mut slots = self.lock();
-        if slots.len() >= self.cap && !evict_one(&mut slots) {
+        // Closed connections whose threads have not yet let go: wait a moment for them
+        // rather than hold more descriptors than the cap allows.
+        let until = Instant::now() + EVICTED_WAIT;
+        while slots.len() >= self.cap + EVICTED_SLACK && Instant::now() < until {
+            let left = until.saturating_duration_since(Instant::now());
+            slots = self
+                .gone
+                .wait_timeout(slots, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        let now = self.now_ms();
+        let live = slots.values().filter(|s| s.state() != EVICTED).count();
+        if slots.len() >= self.cap + EVICTED_SLACK || (live >= self.cap && !evict_one(&slots, now))
+        {
             return Err(stream);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -125,11 +162,12 @@ impl Connections {
 
     fn remove(&self, id: u64) {
         self.lock().remove(&id);
+        self.gone.notify_all();
     }
 
-    /// Closes one idle (else reading) connection to free a descriptor.
+    /// Closes one connection that may be closed, to free a descriptor.
     fn evict(&self) -> bool {
-        evict_one(&mut self.lock())
+        evict_one(&self.lock(), self.now_ms())
     }
 
     /// Closes every connection in one of `states` (reads and writes on it fail at once).
@@ -142,19 +180,29 @@ impl Connections {
     }
 }
 
-/// Closes the longest-idle connection, else the one that has been sending its request
-/// the longest (a slow client), never one being answered.
-fn evict_one(slots: &mut HashMap<u64, Arc<Slot>>) -> bool {
-    for state in [IDLE, READING] {
+/// Closes one connection to make room, in this order: the longest-idle one (idle at least
+/// [`EVICT_MIN_IDLE_MS`]), the one whose write has been blocked longest (at least
+/// [`EVICT_STALLED_WRITE_MS`]: a client that does not read), the one that has been
+/// sending its request longest (a slow client), and only then the oldest of the newest
+/// idle ones. Never one being answered promptly. The slot stays registered, as `EVICTED`,
+/// until its thread has let go of the socket.
+fn evict_one(slots: &HashMap<u64, Arc<Slot>>, now_ms: u64) -> bool {
+    let rules = [
+        (IDLE, EVICT_MIN_IDLE_MS),
+        (WRITING, EVICT_STALLED_WRITE_MS),
+        (READING, 0),
+        (IDLE, 0),
+    ];
+    for (state, min_age_ms) in rules {
         let oldest = slots
-            .iter()
-            .filter(|(_, s)| s.state() == state)
-            .min_by_key(|(_, s)| s.since_ms.load(Ordering::Acquire))
-            .map(|(id, s)| (*id, Arc::clone(s)));
-        if let Some((id, slot)) = oldest {
-            if slot.enter(state, EVICTED, 0) {
+            .values()
+            .filter(|s| s.state() == state)
+            .map(|s| (s.since_ms.load(Ordering::Acquire), s))
+            .filter(|(since, _)| now_ms.saturating_sub(*since) >= min_age_ms)
+            .min_by_key(|(since, _)| *since);
+        if let Some((_, slot)) = oldest {
+            if slot.enter(state, EVICTED, now_ms) {
                 let _ = slot.stream.shutdown(Shutdown::Both);
-                slots.remove(&id);
                 return true;
             }
         }
@@ -199,9 +247,12 @@ impl Running {
     pub fn stop_accepting(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         if let Some(acceptor) = self.acceptor.take() {
-            // Wake the blocking accept with a connection of our own.
-            let _ = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1));
-            let _ = acceptor.join();
+            // Wake the blocking accept with a connection of our own. Should that fail (no
+            // descriptor left), the thread is left to the process's exit, not waited for.
+            let woke = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1));
+            if woke.is_ok() {
+                let _ = acceptor.join();
+            }
         }
         self.shared.connections.close_where(&[IDLE, READING]);
     }
@@ -216,7 +267,7 @@ impl Running {
         }
         self.shared
             .connections
-            .close_where(&[IDLE, READING, BUSY, EVICTED]);
+            .close_where(&[IDLE, READING, BUSY, WRITING, EVICTED]);
     }
 
     /// Stops the server: no new connections, open ones closed after a short grace.

@@ -262,6 +262,48 @@ fn ambiguous_framing_is_refused_with_json_and_the_connection_closed() {
             "a bad chunk size",
             post("Transfer-Encoding: chunked\r\n", "zz\r\n{}\r\n0\r\n\r\n"),
         ),
+        (
+            "a bare LF hidden in a chunk extension",
+            post(
+                "Transfer-Encoding: chunked\r\n",
+                &format!("2;\nxx\r\n62\r\n0\r\n\r\n{smuggled}"),
+            ),
+        ),
+        (
+            "a bare LF in the trailer",
+            post(
+                "Transfer-Encoding: chunked\r\n",
+                &format!("2\r\n{{}}\r\n0\r\n\n{smuggled}"),
+            ),
+        ),
+        (
+            "a chunk size padded with a no-break space",
+            post(
+                "Transfer-Encoding: chunked\r\n",
+                "2\u{a0}\r\n{}\r\n0\r\n\r\n",
+            ),
+        ),
+        (
+            "Content-Length after a no-break space",
+            post("Content-Length: \u{a0}2\r\n", "{}"),
+        ),
+        (
+            "Transfer-Encoding in HTTP/1.0",
+            format!(
+                "POST /v1/sessions HTTP/1.0\r\n{host}Connection: keep-alive\r\n\
+                 Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+                 2\r\n{{}}\r\n0\r\n\r\n{smuggled}"
+            )
+            .into_bytes(),
+        ),
+        (
+            "two Authorization headers",
+            format!(
+                "GET /v1/sessions HTTP/1.1\r\n{host}Authorization: Bearer a\r\n\
+                 Authorization: Bearer b\r\n\r\n"
+            )
+            .into_bytes(),
+        ),
     ];
     for (what, bytes) in &cases {
         let x = exchange(&b.addr, bytes, Duration::from_secs(3));
@@ -454,6 +496,81 @@ fn slow_clients_get_408_and_idle_keep_alive_connections_close() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
+
+#[test]
+fn head_and_body_share_one_deadline_and_a_huge_head_is_refused() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let b = Brain::start(&db, &mock.url, &["--request-timeout", "2"]);
+    let host = format!("Host: {}\r\n", b.addr);
+    // A slow client (not a synchronisation): 1.5 s for the head, 1 s more for the body.
+    let mut s = TcpStream::connect(&b.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST ").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    s.write_all(
+        format!(
+            "/v1/sessions HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
+             Content-Length: 2\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let _ = s.write_all(b"{}");
+    let x = read_answer(&mut s, Duration::from_secs(2));
+    assert_eq!(x.status, 408, "{} {}", x.head, x.body);
+
+    let long = "a".repeat(40_000);
+    let x = exchange(
+        &b.addr,
+        format!("GET /health?x={long} HTTP/1.1\r\n{host}\r\n").as_bytes(),
+        Duration::from_secs(2),
+    );
+    assert_eq!(x.status, 431, "{} {}", x.head, x.body);
+    assert!(x.closed);
+}
+
+#[test]
+fn clients_that_never_read_their_answers_cannot_lock_others_out() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let b = Brain::start(&db, &mock.url, &["--max-connections", "8"]);
+    // Eight connections pipelining requests for the biggest file and never reading: the
+    // server's writes to them block, so each would hold its slot for good.
+    let request = format!("GET /assets/app.js HTTP/1.1\r\nHost: {}\r\n\r\n", b.addr);
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let s = TcpStream::connect(&b.addr).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let request = request.clone();
+        std::thread::spawn(move || {
+            for _ in 0..3000 {
+                if w.write_all(request.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        held.push(s);
+    }
+    for i in 0..5 {
+        wait_for("/health past the non-readers", || {
+            exchange(
+                &b.addr,
+                format!(
+                    "GET /health HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    b.addr
+                )
+                .as_bytes(),
+                Duration::from_millis(100),
+            )
+            .status
+                == 200
+        });
+        health_within_a_second(&b, &format!("non-readers at the cap, probe {i}"));
+    }
+    drop(held);
 }
 
 #[test]
