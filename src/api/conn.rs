@@ -265,6 +265,7 @@ fn one_request(
     match routes::handle(api, &req) {
         Reply::Answer(a) => respond(shared, slot, &req.head, a, true, head_only),
         Reply::Stream(id, sub) => {
+            log::debug!("{} {} -> 200 (stream)", req.head.method, req.head.target);
             let mut w = SlotWriter::stream(shared, slot);
             let chunked = req.head.minor_version >= 1;
             let streamed = if head_only {

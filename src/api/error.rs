@@ -34,7 +34,7 @@ impl ApiError {
 
     /// An internal failure: logged in full, answered in general terms.
     pub fn internal(detail: impl std::fmt::Display) -> ApiError {
-        eprintln!("brain: internal error: {detail}");
+        log::error!("internal error: {detail}");
         ApiError::new(
             500,
             "internal",

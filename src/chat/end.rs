@@ -29,7 +29,16 @@ pub(super) fn end_attempt(
             "the model answered with no text".to_owned(),
             true,
         ),
-        Stopped::Error(e) => (e.code().to_owned(), e.to_string(), e.retryable()),
+        Stopped::Error(e) => {
+            log::warn!(
+                "turn {} of {} (attempt {}): {}: {e}",
+                turn.turn,
+                turn.session_id,
+                turn.attempt,
+                e.code()
+            );
+            (e.code().to_owned(), e.to_string(), e.retryable())
+        }
         Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
         Stopped::Shutdown => (
             "shutdown".to_owned(),
@@ -38,7 +47,7 @@ pub(super) fn end_attempt(
         ),
         Stopped::Overflow(why) => ("context_overflow".to_owned(), why.clone(), false),
         Stopped::Internal(why) => {
-            eprintln!("brain: turn of {}: internal error: {why}", turn.session_id);
+            log::error!("turn of {}: internal error: {why}", turn.session_id);
             (
                 "internal".to_owned(),
                 "brain failed inside; see its log".to_owned(),
@@ -46,7 +55,7 @@ pub(super) fn end_attempt(
             )
         }
         Stopped::Store(e) => {
-            eprintln!("brain: turn of {}: database error: {e}", turn.session_id);
+            log::error!("turn of {}: database error: {e}", turn.session_id);
             (
                 "internal".to_owned(),
                 "the database failed".to_owned(),
@@ -78,10 +87,7 @@ pub(super) fn end_attempt(
             .map(|e| Some(e.seq))
     };
     let seq = written.unwrap_or_else(|e| {
-        eprintln!(
-            "brain: turn of {}: could not record its end: {e}",
-            turn.session_id
-        );
+        log::error!("turn of {}: could not record its end: {e}", turn.session_id);
         None
     });
     if !model.is_empty() {
@@ -175,8 +181,8 @@ fn complete(
         },
         Err(e) => {
             // The answer could not be stored: what the checkpoints hold is the partial.
-            eprintln!(
-                "brain: turn of {}: could not store the answer: {e}",
+            log::error!(
+                "turn of {}: could not store the answer: {e}",
                 turn.session_id
             );
             turn.push(Frame::Error {
@@ -237,6 +243,6 @@ fn record_chat(
         code,
     );
     if let Err(e) = inner.store.record_call(&entry) {
-        eprintln!("brain: could not record a chat call in the ledger: {e}");
+        log::error!("could not record a chat call in the ledger: {e}");
     }
 }

@@ -375,8 +375,8 @@ impl Engine {
         let background = std::mem::take(&mut *lock(&self.inner.background));
         report.skipped_background = wait_all(background, until);
         if report.skipped_background > 0 {
-            eprintln!(
-                "brain: shutdown: skipping {} unfinished post-turn jobs",
+            log::warn!(
+                "shutdown: skipping {} unfinished post-turn jobs",
                 report.skipped_background
             );
         }

@@ -75,7 +75,7 @@ pub(super) fn spawn(
                 | CompactionError::Refused(_)
                 | CompactionError::Interrupted(_),
             ) => {}
-            Err(e) => eprintln!("brain: post-turn compaction of {id}: {e}"),
+            Err(e) => log::warn!("post-turn compaction of {id}: {e}"),
         }
         if let Some(text) = &exchange {
             auto_title(&job, id, text, &model);
@@ -83,7 +83,7 @@ pub(super) fn spawn(
     });
     // Best-effort work: skipped (and said so) rather than failing anything.
     if let Err(why) = started {
-        eprintln!("brain: post-turn work of {id} skipped: {why}");
+        log::warn!("post-turn work of {id} skipped: {why}");
     }
 }
 
@@ -147,7 +147,7 @@ fn ask(
         error_code: result.as_ref().err().map(|e| e.code().to_owned()),
     };
     if let Err(e) = inner.store.record_call(&entry) {
-        eprintln!("brain: could not record a {} call: {e}", purpose.as_str());
+        log::error!("could not record a {} call: {e}", purpose.as_str());
     }
     result
 }
@@ -190,7 +190,7 @@ fn distill(
         ) {
             Ok(c) => c.text,
             Err(e) => {
-                eprintln!("brain: distilling turn {turn} of {id}: {e}");
+                log::warn!("distilling turn {turn} of {id}: {e}");
                 return;
             }
         };
@@ -203,14 +203,12 @@ fn distill(
                 key_findings: m.key_findings.into_iter().take(MAX_FINDINGS).collect(),
             });
             if let Err(e) = inner.store.append(id, &memory) {
-                eprintln!("brain: storing turn memory of {id}: {e}");
+                log::error!("storing turn memory of {id}: {e}");
             }
             return;
         }
     }
-    eprintln!(
-        "brain: distilling turn {turn} of {id}: no valid JSON after {DISTILL_ATTEMPTS} tries"
-    );
+    log::warn!("distilling turn {turn} of {id}: no valid JSON after {DISTILL_ATTEMPTS} tries");
 }
 
 /// A title from a model's reply: its first line, unquoted, at most 6 words and 80 chars.
@@ -250,7 +248,7 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
     ) {
         Ok(c) => clean_title(&c.text),
         Err(e) => {
-            eprintln!("brain: titling {id}: {e}");
+            log::warn!("titling {id}: {e}");
             None
         }
     };
@@ -263,7 +261,7 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
         Ok(())
     });
     if let Err(e) = result {
-        eprintln!("brain: titling {id}: {e}");
+        log::error!("titling {id}: {e}");
     }
 }
 

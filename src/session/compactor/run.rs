@@ -528,7 +528,7 @@ impl Compactor {
         };
         // The ledger is accounting: losing a row must not lose the compaction.
         if let Err(e) = self.store.record_call(&entry) {
-            eprintln!("brain: could not record a summarizer call in the ledger: {e}");
+            log::error!("could not record a summarizer call in the ledger: {e}");
         }
     }
 }
