@@ -752,3 +752,66 @@ fn running_out_of_file_descriptors_never_silences_the_listener() {
     let (status, _) = call(&b, "POST", "/v1/sessions", Some(json!({})));
     assert_eq!(status, 201, "the database still works");
 }
+
+#[test]
+fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--distill", "off"])
+        .args(["--provider-url", &mock.url])
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.split_whitespace().nth(2).unwrap().to_owned();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let b = Brain {
+        addr: url.trim_start_matches("http://").to_owned(),
+        url,
+        child,
+    };
+    let (status, _) = call(&b, "GET", "/v1/sessions?limit=3", None);
+    assert_eq!(status, 200);
+    let wanted = |needle: &str, rx: &std::sync::mpsc::Receiver<String>| -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("no log line with {needle:?}"),
+            }
+        }
+    };
+    let request = wanted("GET /v1/sessions?limit=3 -> 200", &rx);
+    assert!(request.contains("DEBUG"), "{request}");
+    // `[2026-11-30T16:51:05.123456Z DEBUG brain::api::conn] …`
+    let stamp = request
+        .trim_start_matches('[')
+        .split_whitespace()
+        .next()
+        .unwrap();
+    assert!(
+        stamp.parse::<jiff::Timestamp>().is_ok(),
+        "a timestamp leads the line: {request}"
+    );
+    b.signal("-TERM");
+    let shutdown = wanted("SIGTERM received", &rx);
+    assert!(shutdown.contains("INFO"), "{shutdown}");
+}
