@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 use signal_hook::consts::SIGINT;
 
-use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path, serve};
+use super::lock::{DbLock, Holder, LockError};
+use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
 use crate::provider::Provider;
 use crate::session::projection::ui_transcript;
@@ -136,15 +137,21 @@ impl Backend for Http {
 struct Local {
     engine: Engine,
     store: Arc<Store>,
+    /// The database's lock, held while this chat writes to it.
+    _lock: DbLock,
 }
 
 impl Local {
-    fn new(db: PathBuf, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
+    fn new(db: PathBuf, lock: DbLock, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
         let store = Arc::new(open_at(&db, sync)?);
         let cfg = p.provider_config();
         let settings = p.engine_settings();
         let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
-        Ok(Local { engine, store })
+        Ok(Local {
+            engine,
+            store,
+            _lock: lock,
+        })
     }
 
     fn frames(sub: crate::chat::frames::Subscription) -> Frames {
@@ -205,9 +212,18 @@ fn backend(
         return Ok(Arc::new(Http::new(url, args.api_token.clone())));
     }
     let db = resolve_db_path(db)?;
-    match serve::server_holding(&db) {
-        Some(url) => Ok(Arc::new(Http::new(&url, args.api_token.clone()))),
-        None => Ok(Arc::new(Local::new(db, sync, &args.provider)?)),
+    // Taking the lock is how we learn whether a server holds the database: whoever holds
+    // it is alive (the kernel frees a dead process's lock), and a server wrote its URL.
+    match DbLock::acquire(&db, "chat") {
+        Ok(lock) => Ok(Arc::new(Local::new(db, lock, sync, &args.provider)?)),
+        Err(LockError::Held {
+            holder: Holder { url: Some(url), .. },
+            ..
+        }) => Ok(Arc::new(Http::new(&url, args.api_token.clone()))),
+        Err(e) => Err(CliError::Locked(
+            e,
+            "wait until it is done, or pass --url to talk to a server",
+        )),
     }
 }
 

@@ -5,6 +5,7 @@
 //! ordinary error, not a panic.
 
 mod chat;
+pub mod lock;
 mod serve;
 mod sessions;
 mod transfer;
@@ -314,6 +315,24 @@ pub enum CliError {
     Import(usize, String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("{}", locked_message(.0, .1))]
+    Locked(lock::LockError, &'static str),
+}
+
+fn locked_message(e: &lock::LockError, advice: &str) -> String {
+    match e {
+        lock::LockError::Held { .. } => format!("{e}; {advice}"),
+        lock::LockError::Io { .. } => e.to_string(),
+    }
+}
+
+/// Takes the database's lock for `command`, or refuses with who holds it and `advice`.
+fn lock_db(
+    db: &std::path::Path,
+    command: &str,
+    advice: &'static str,
+) -> Result<lock::DbLock, CliError> {
+    lock::DbLock::acquire(db, command).map_err(|e| CliError::Locked(e, advice))
 }
 
 impl CliError {
@@ -338,9 +357,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Backup { path } => backup(cli.db, sync, &path, out),
         Command::Sessions(cmd) => {
             let db = resolve_db_path(cli.db)?;
-            if let SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } = cmd {
-                serve::ensure_not_served(&db, "change its sessions from the command line")?;
-            }
+            let _lock = match cmd {
+                SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } => Some(lock_db(
+                    &db,
+                    "sessions",
+                    "stop it before you change sessions from the command line",
+                )?),
+                _ => None,
+            };
             sessions::run(open_store(Some(db), sync)?, cmd, out)
         }
     }
@@ -426,9 +450,9 @@ fn backup(
 }
 
 fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(), CliError> {
-    let probe = resolve_db_path(db)?;
-    serve::ensure_not_served(&probe, "migrate it")?;
-    let store = open_store(Some(probe), sync)?;
+    let path = resolve_db_path(db)?;
+    let _lock = lock_db(&path, "migrate", "stop it before you migrate the database")?;
+    let store = open_store(Some(path), sync)?;
     writeln!(
         out,
         "{}: schema at version {}",

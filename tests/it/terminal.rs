@@ -409,3 +409,163 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// A child's standard output, line by line, to wait on.
+struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(child: &mut Child) -> Lines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    /// Waits (generously) for a line containing `text`; returns everything read so far.
+    fn until(&self, text: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = String::new();
+        while !seen.contains(text) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.0.recv_timeout(left) {
+                Ok(line) => {
+                    seen.push_str(&line);
+                    seen.push('\n');
+                }
+                Err(_) => panic!("no {text:?} in the output:\n{seen}"),
+            }
+        }
+        seen
+    }
+}
+
+fn lock_file(db: &TempDb) -> std::path::PathBuf {
+    let mut p = db.path().into_os_string();
+    p.push(".lock");
+    p.into()
+}
+
+/// Starts a server that must be refused at once; one that starts instead is killed.
+fn refused_serve(db: &TempDb, provider: &str) -> String {
+    let child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            provider,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            Command::new("kill").args(["-9", &pid]).status().unwrap();
+            panic!("a second server started on a held database");
+        }
+    };
+    assert_eq!(out.status.code(), Some(1), "the second server was refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_second_server_on_one_database_is_refused_naming_the_first() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut first, url) = serve(&db, &mock.url);
+    let err = refused_serve(&db, &mock.url);
+    assert!(err.contains(&url) && err.contains("holds"), "{err}");
+    server_stops(&mut first);
+    assert!(
+        !lock_file(&db).exists(),
+        "a clean exit removes the lock file"
+    );
+}
+
+fn server_stops(server: &mut Child) {
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
+}
+
+#[test]
+fn a_sigkilled_servers_lock_does_not_block_the_next_one() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut first, _) = serve(&db, &mock.url);
+    first.kill().unwrap(); // SIGKILL: the file stays, the kernel drops the lock
+    first.wait().unwrap();
+    assert!(lock_file(&db).exists());
+    let (mut second, url) = serve(&db, &mock.url);
+    let text = std::fs::read_to_string(lock_file(&db)).unwrap();
+    assert!(text.starts_with(&url), "the new server's URL: {text:?}");
+    server_stops(&mut second);
+}
+
+#[test]
+fn a_lock_file_naming_a_live_unrelated_pid_is_ignored() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    drop(db.open());
+    for pid in [1, std::process::id()] {
+        // The old format: a URL nobody serves, and a pid that is alive.
+        std::fs::write(lock_file(&db), format!("http://127.0.0.1:1\n{pid}\n")).unwrap();
+        let out = ok(&brain(
+            &db,
+            &["chat", "--provider-url", &mock.url],
+            "hello\n",
+        ));
+        assert!(
+            out.contains("in-process") && out.contains("to: hello"),
+            "{out}"
+        );
+        std::fs::write(lock_file(&db), format!("http://127.0.0.1:1\n{pid}\n")).unwrap();
+        let (mut server, _) = serve(&db, &mock.url);
+        server_stops(&mut server);
+    }
+}
+
+#[test]
+fn in_process_chat_holds_the_database_against_a_server_started_meanwhile() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["chat", "--provider-url", &mock.url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = Lines::of(&mut chat);
+    lines.until("in-process");
+    let err = refused_serve(&db, &mock.url);
+    assert!(
+        err.contains(&format!("brain chat, pid {}", chat.id())),
+        "{err}"
+    );
+    let migrate = brain(&db, &["migrate"], "");
+    assert_eq!(migrate.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&migrate.stderr).contains("brain chat, pid"));
+    // The chat leaves; the database is free again.
+    drop(chat.stdin.take());
+    assert!(chat.wait().unwrap().success());
+    let (mut server, _) = serve(&db, &mock.url);
+    server_stops(&mut server);
+}
