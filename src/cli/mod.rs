@@ -25,7 +25,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config;
 use crate::session::cursor::ArchivedFilter;
 use crate::session::events::BadSessionId;
-use crate::session::store::schema;
+use crate::session::store::{OlderSchema, schema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// brain: a local LLM chat server whose sessions survive anything.
@@ -356,26 +356,47 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Chat(args) => chat::run(cli.db, sync, args, out),
         Command::Backup { path } => backup(cli.db, sync, &path, out),
         Command::Sessions(cmd) => {
+            if !cmd.writes() {
+                // Never migrates or writes: a newer brain reading a database an older
+                // server runs on must leave it as it is (SPEC §12).
+                let store = open_read_only(&db_path(cli.db)?, sync, OlderSchema::Refuse)?;
+                return sessions::run(store, cmd, out);
+            }
             let db = resolve_db_path(cli.db)?;
-            let _lock = match cmd {
-                SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } => Some(lock_db(
-                    &db,
-                    "sessions",
-                    "stop it before you change sessions from the command line",
-                )?),
-                _ => None,
-            };
-            sessions::run(open_store(Some(db), sync)?, cmd, out)
+            let _lock = lock_db(
+                &db,
+                "sessions",
+                "stop it before you change sessions from the command line",
+            )?;
+            sessions::run(open_at(&db, sync)?, cmd, out)
         }
+    }
+}
+
+impl SessionsCommand {
+    /// Whether the command changes the database (and so needs its lock).
+    fn writes(&self) -> bool {
+        match self {
+            SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } => true,
+            SessionsCommand::List { .. }
+            | SessionsCommand::Show { .. }
+            | SessionsCommand::Export { .. }
+            | SessionsCommand::Search { .. } => false,
+        }
+    }
+}
+
+/// The database path from `--db`/`BRAIN_DB` or the default.
+fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    match db {
+        Some(p) => Ok(p),
+        None => config::default_db_path().ok_or(CliError::NoDataDir),
     }
 }
 
 /// The database path from `--db`/`BRAIN_DB` or the default, its directory created.
 pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
-    let path = match db {
-        Some(p) => p,
-        None => config::default_db_path().ok_or(CliError::NoDataDir)?,
-    };
+    let path = db_path(db)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
             path: dir.to_owned(),
@@ -398,6 +419,19 @@ fn open_at(path: &std::path::Path, sync: SyncMode) -> Result<Store, CliError> {
             ..StoreOptions::default()
         },
     )?)
+}
+
+/// Opens an existing database for a command that only reads (nothing created or migrated).
+fn open_read_only(
+    path: &std::path::Path,
+    sync: SyncMode,
+    older: OlderSchema,
+) -> Result<Store, CliError> {
+    let options = StoreOptions {
+        sync,
+        ..StoreOptions::default()
+    };
+    Ok(Store::open_read_only(path, options, older)?)
 }
 
 impl ProviderArgs {
@@ -427,7 +461,9 @@ fn backup(
     path: &std::path::Path,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let store = open_store(db, sync)?;
+    // A copy needs no particular schema: an older one is copied as it is (a backup before
+    // `brain migrate` is the careful order); a newer one is refused like everywhere.
+    let store = open_read_only(&db_path(db)?, sync, OlderSchema::Accept)?;
     store.backup_to(path)?;
     // The copy must open and be whole before we say it is a backup.
     let copy = rusqlite::Connection::open(path).map_err(StoreError::from)?;
