@@ -14,7 +14,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("brain: {e}");
+            // Errors can quote a file or a server: never let them drive the terminal.
+            eprintln!("brain: {}", brain::cli::term::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use signal_hook::consts::SIGINT;
 
 use super::lock::{DbLock, Holder, LockError};
+use super::term::printable;
 use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
 use crate::provider::Provider;
@@ -270,7 +271,7 @@ pub fn run(
                 active.store(false, Ordering::SeqCst);
                 shown?;
             }
-            Err(e) => writeln!(out, "[{e}]")?,
+            Err(e) => writeln!(out, "[{}]", printable(&e.to_string()))?,
         }
         out.flush()?;
     }
@@ -314,12 +315,14 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
                 thinking = true;
                 write!(out, "[thinking…] ")?
             }
-            "chunk" => write!(out, "{}", f["text"].as_str().unwrap_or_default())?,
+            // Each chunk on its own: `printable` needs no state, so a sequence split
+            // between chunks is made visible all the same.
+            "chunk" => write!(out, "{}", printable(f["text"].as_str().unwrap_or_default()))?,
             "error" => write!(
                 out,
                 "\n[error {}: {}]",
-                f["code"].as_str().unwrap_or("?"),
-                f["message"].as_str().unwrap_or("")
+                printable(f["code"].as_str().unwrap_or("?")),
+                printable(f["message"].as_str().unwrap_or(""))
             )?,
             "end" => {
                 match f["status"].as_str().unwrap_or_default() {
@@ -340,19 +343,16 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
-    let text = item["text"].as_str().unwrap_or_default();
+    let field = |name: &str| printable(item[name].as_str().unwrap_or_default()).into_owned();
+    let text = field("text");
     match item["kind"].as_str().unwrap_or_default() {
         "user" => writeln!(out, "you: {text}")?,
         "assistant" => writeln!(out, "assistant: {text}")?,
         "interrupted" => writeln!(out, "assistant (interrupted): {text}")?,
-        "error" => writeln!(out, "[failed: {}]", item["code"].as_str().unwrap_or("?"))?,
-        "compaction" => writeln!(
-            out,
-            "[compacted: {}]",
-            item["summary"].as_str().unwrap_or_default()
-        )?,
-        "title" => writeln!(out, "[renamed to {}]", item["title"])?,
-        other => writeln!(out, "[{other}]")?,
+        "error" => writeln!(out, "[failed: {}]", field("code"))?,
+        "compaction" => writeln!(out, "[compacted: {}]", field("summary"))?,
+        "title" => writeln!(out, "[renamed to {:?}]", field("title"))?,
+        other => writeln!(out, "[{}]", printable(other))?,
     }
     Ok(())
 }

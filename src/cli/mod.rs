@@ -8,6 +8,7 @@ mod chat;
 pub mod lock;
 mod serve;
 mod sessions;
+pub mod term;
 mod transfer;
 
 /// Parses `ServeArgs` alone (for `brain` with no command).

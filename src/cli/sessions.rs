@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::term::{printable, push_printable};
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::summarizer::ProviderSummarizer;
@@ -139,7 +140,7 @@ fn list(
             "{}  {}  {}{}",
             s.updated_at,
             s.id,
-            s.title.as_deref().unwrap_or("(untitled)"),
+            printable(s.title.as_deref().unwrap_or("(untitled)")),
             if s.archived { "  [archived]" } else { "" }
         )?;
     }
@@ -151,7 +152,7 @@ fn session_header(session: &SessionRow, out: &mut dyn Write) -> Result<(), CliEr
         out,
         "{}  {}{}",
         session.id,
-        session.title.as_deref().unwrap_or("(untitled)"),
+        printable(session.title.as_deref().unwrap_or("(untitled)")),
         if session.archived { "  [archived]" } else { "" }
     )?;
     writeln!(
@@ -249,9 +250,10 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
         ),
         ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),
     };
-    writeln!(out, "#{} {at}  {head}", item.seq)?;
+    // The head quotes titles, models and error messages: untrusted too.
+    writeln!(out, "#{} {at}  {}", item.seq, printable(&head))?;
     if let Some(text) = body {
-        for line in text.lines() {
+        for line in printable(text).lines() {
             writeln!(out, "    {line}")?;
         }
     }
@@ -288,7 +290,7 @@ fn show_llm(
     }
     session_header(&session, out)?;
     writeln!(out, "system ({} tokens)", tokens.system)?;
-    for line in ctx.system.lines() {
+    for line in printable(&ctx.system).lines() {
         writeln!(out, "    {line}")?;
     }
     for (m, t) in ctx.messages.iter().zip(&tokens.messages) {
@@ -301,7 +303,7 @@ fn show_llm(
             "\n{role} (#{}..#{}, {t} tokens)",
             m.first_seq, m.last_seq
         )?;
-        for line in m.content.lines() {
+        for line in printable(&m.content).lines() {
             writeln!(out, "    {line}")?;
         }
     }
@@ -329,7 +331,10 @@ fn show_events(
         writeln!(
             out,
             "#{:<5} {}  {:<18} {}",
-            e.seq, e.created_at, e.kind, e.payload
+            e.seq,
+            printable(&e.created_at),
+            printable(&e.kind),
+            printable(&e.payload)
         )?;
     }
     Ok(())
@@ -355,7 +360,7 @@ fn search(
             h.session_id,
             h.seq,
             h.kind,
-            h.title.as_deref().unwrap_or("(untitled)"),
+            printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;
     }
@@ -378,7 +383,7 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
         if h.highlights.iter().any(|r| r[0] == i) {
             out.push_str(open);
         }
-        out.push(if c == '\n' { ' ' } else { c });
+        push_printable(&mut out, if c == '\n' { ' ' } else { c });
         if h.highlights.iter().any(|r| r[1] == i + 1) {
             out.push_str(close);
         }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::CliError;
+use super::term::printable;
 use crate::session::projection::{ItemBody, ui_transcript};
 use crate::session::{Event, SessionId, Store};
 
@@ -70,57 +71,65 @@ pub fn export_jsonl(store: &Store, which: &Which, out: &mut dyn Write) -> Result
 
 pub fn export_markdown(store: &Store, which: &Which, out: &mut dyn Write) -> Result<(), CliError> {
     for id in sessions(store, which)? {
-        let s = store.session(id)?;
-        writeln!(
-            out,
-            "# {}\n",
-            s.title.as_deref().unwrap_or("Untitled session")
-        )?;
-        writeln!(
-            out,
-            "_Session {id}, created {}, updated {}._\n",
-            s.created_at, s.updated_at
-        )?;
-        for item in ui_transcript(&store.events(id, 0, None)?) {
-            let at = &item.created_at;
-            let quote = |t: &str| {
-                t.lines()
-                    .map(|l| format!("> {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            match &item.body {
-                ItemBody::User { text } => writeln!(out, "**You** · {at}\n\n{text}\n")?,
-                ItemBody::Assistant { text, model, .. } => {
-                    writeln!(out, "**Assistant** ({model}) · {at}\n\n{text}\n")?
-                }
-                ItemBody::Interrupted { text, .. } => writeln!(
-                    out,
-                    "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
-                )?,
-                ItemBody::Error { code, message, .. } => {
-                    writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?
-                }
-                ItemBody::Compaction {
-                    summary,
-                    replaces_through_seq,
-                    tokens_before,
-                    tokens_after,
-                } => writeln!(
-                    out,
-                    "---\n\n_Compacted: everything through #{replaces_through_seq} summarised \
+        // A transcript for people: control characters made visible, as on a terminal.
+        let mut text = Vec::new();
+        write_markdown(store, id, &mut text)?;
+        out.write_all(printable(&String::from_utf8_lossy(&text)).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(), CliError> {
+    let s = store.session(id)?;
+    writeln!(
+        out,
+        "# {}\n",
+        s.title.as_deref().unwrap_or("Untitled session")
+    )?;
+    writeln!(
+        out,
+        "_Session {id}, created {}, updated {}._\n",
+        s.created_at, s.updated_at
+    )?;
+    for item in ui_transcript(&store.events(id, 0, None)?) {
+        let at = &item.created_at;
+        let quote = |t: &str| {
+            t.lines()
+                .map(|l| format!("> {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        match &item.body {
+            ItemBody::User { text } => writeln!(out, "**You** · {at}\n\n{text}\n")?,
+            ItemBody::Assistant { text, model, .. } => {
+                writeln!(out, "**Assistant** ({model}) · {at}\n\n{text}\n")?
+            }
+            ItemBody::Interrupted { text, .. } => writeln!(
+                out,
+                "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
+            )?,
+            ItemBody::Error { code, message, .. } => {
+                writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?
+            }
+            ItemBody::Compaction {
+                summary,
+                replaces_through_seq,
+                tokens_before,
+                tokens_after,
+            } => writeln!(
+                out,
+                "---\n\n_Compacted: everything through #{replaces_through_seq} summarised \
                      ({tokens_before} → {tokens_after} tokens):_\n\n{}\n\n---\n",
-                    quote(summary)
-                )?,
-                ItemBody::Title { title, .. } => writeln!(out, "_Renamed to “{title}”_ · {at}\n")?,
-                ItemBody::Tool(t) => writeln!(
-                    out,
-                    "_Tool {} ({}): {}_ · {at}\n",
-                    t.name, t.call_id, t.status
-                )?,
-                ItemBody::Unreadable { event_kind } => {
-                    writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
-                }
+                quote(summary)
+            )?,
+            ItemBody::Title { title, .. } => writeln!(out, "_Renamed to “{title}”_ · {at}\n")?,
+            ItemBody::Tool(t) => writeln!(
+                out,
+                "_Tool {} ({}): {}_ · {at}\n",
+                t.name, t.call_id, t.status
+            )?,
+            ItemBody::Unreadable { event_kind } => {
+                writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
             }
         }
     }

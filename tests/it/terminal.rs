@@ -569,3 +569,61 @@ fn in_process_chat_holds_the_database_against_a_server_started_meanwhile() {
     let (mut server, _) = serve(&db, &mock.url);
     server_stops(&mut server);
 }
+
+/// No byte that could drive a terminal: ESC, BEL, CR, C1 controls.
+fn assert_inert(out: &str) {
+    for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{9d}'] {
+        assert!(!out.contains(bad), "{bad:?} reached the terminal:\n{out:?}");
+    }
+}
+
+#[test]
+fn terminal_escapes_in_model_and_user_text_are_shown_not_obeyed() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    // Split into 9 chunks: the sequences straddle chunk boundaries.
+    mock.script(serde_json::json!({
+        "kind": "stream",
+        "text": "look \x1b[2J\x1b]0;pwned\x07 and \u{9b}31m here\r",
+        "chunks": 9
+    }));
+    let out = ok(&brain(
+        &db,
+        &["chat", "--provider-url", &mock.url],
+        "hi \x1b[31mred\n",
+    ));
+    assert_inert(&out);
+    assert!(
+        out.contains("look ^[[2J^[]0;pwned^G and ^[[31m here"),
+        "{out}"
+    );
+    let store = db.open();
+    let id = store.session_ids().unwrap()[0];
+    store
+        .rename(id, "title \x1b]0;x\x1b\\".into(), TitledBy::User)
+        .unwrap();
+    drop(store);
+    let sid = id.to_string();
+    for args in [
+        &["sessions", "show", &sid][..],
+        &["sessions", "show", &sid, "--llm"],
+        &["sessions", "show", &sid, "--events"],
+        &["sessions", "list"],
+        &["sessions", "search", "look"],
+        &["sessions", "export", &sid, "--format", "markdown"],
+    ] {
+        let shown = ok(&brain(&db, args, ""));
+        assert_inert(&shown);
+        assert!(shown.contains("^["), "{args:?}: {shown}");
+    }
+    let resumed = ok(&brain(
+        &db,
+        &["chat", "--provider-url", &mock.url, "--session", &sid],
+        "",
+    ));
+    assert_inert(&resumed);
+    assert!(
+        resumed.contains("you: hi ^[[31mred") && resumed.contains("^[]0;pwned^G"),
+        "{resumed}"
+    );
+}
