@@ -260,9 +260,12 @@ pub enum SessionsCommand {
         all: bool,
         #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
         format: ExportFormat,
-        /// Write to this file instead of standard output
+        /// Write to this file instead of standard output (a new file, unless --force)
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Replace the --output file if it exists (never the database or its own files)
+        #[arg(long, requires = "output")]
+        force: bool,
     },
     /// Read a JSONL export into this database (all of it or, on any bad line, nothing)
     Import {
@@ -316,6 +319,13 @@ pub enum CliError {
     Import(usize, String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Input {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("refusing to write the export to {}: {why}", path.display())]
+    OutputRefused { path: PathBuf, why: &'static str },
     #[error("{}", locked_message(.0, .1))]
     Locked(lock::LockError, &'static str),
 }

@@ -29,6 +29,7 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             all: _,
             format,
             output,
+            force,
         } => {
             let which = match id {
                 Some(id) => transfer::Which::One(id.parse()?),
@@ -37,7 +38,11 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             let mut file;
             let sink: &mut dyn Write = match &output {
                 Some(path) => {
-                    file = std::io::BufWriter::new(std::fs::File::create(path)?);
+                    file = std::io::BufWriter::new(transfer::create_output(
+                        path,
+                        force,
+                        store.path(),
+                    )?);
                     &mut file
                 }
                 None => out,
@@ -52,7 +57,10 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             let sessions = if file.as_os_str() == "-" {
                 transfer::read_jsonl(&mut std::io::stdin().lock())?
             } else {
-                let f = std::fs::File::open(&file)?;
+                let f = std::fs::File::open(&file).map_err(|source| CliError::Input {
+                    path: file.clone(),
+                    source,
+                })?;
                 transfer::read_jsonl(&mut std::io::BufReader::new(f))?
             };
             let (n, events) = transfer::import(store, &sessions)?;

@@ -257,7 +257,7 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
     // Importing again changes nothing: the sessions exist.
     let again = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
     assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already in this database"));
     assert_eq!(
         copy.events(store.session_ids().unwrap()[0], 0, None)
             .unwrap()
@@ -626,4 +626,172 @@ fn terminal_escapes_in_model_and_user_text_are_shown_not_obeyed() {
         resumed.contains("you: hi ^[[31mred") && resumed.contains("^[]0;pwned^G"),
         "{resumed}"
     );
+}
+
+fn export_all(db: &TempDb) -> String {
+    ok(&brain(db, &["sessions", "export", "--all"], ""))
+}
+
+fn import_file(db: &TempDb, name: &str, lines: &str) -> Output {
+    let file = db.dir.path().join(name);
+    std::fs::write(&file, lines).unwrap();
+    brain(db, &["sessions", "import", file.to_str().unwrap()], "")
+}
+
+#[test]
+fn export_keeps_a_pretty_printed_payload_byte_for_byte_on_one_line() {
+    let src = TempDb::new();
+    let store = src.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    let pretty = "{\n  \"z\": 1,\n  \"a\": [true, \"x\\ny\"]\r\n}";
+    src.raw()
+        .execute(
+            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+             VALUES (?1, 2, 9000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
+            rusqlite::params![id.to_string(), pretty],
+        )
+        .unwrap();
+    let out = export_all(&src);
+    assert_eq!(out.lines().count(), 2, "one event per line:\n{out}");
+    for line in out.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+    let dst = TempDb::new();
+    ok(&import_file(&dst, "e.jsonl", &out));
+    let copy = dst.open();
+    assert_eq!(copy.events(id, 0, None).unwrap()[1].payload, pretty);
+    assert_eq!(
+        copy.events(id, 0, None).unwrap(),
+        store.events(id, 0, None).unwrap()
+    );
+}
+
+#[test]
+fn import_normalises_timestamps_and_refuses_what_is_not_one() {
+    let src = TempDb::new();
+    let store = src.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    store.append(id, &user("hello")).unwrap();
+    drop(store);
+    let out = export_all(&src);
+    let mut lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    lines[0]["created_at"] = "2026-11-30T06:17:26.5+02:00".into();
+    lines[1]["created_at"] = "2026-11-30T04:17:27Z".into();
+    let text = |lines: &[serde_json::Value]| {
+        lines
+            .iter()
+            .map(|l| l.to_string() + "\n")
+            .collect::<String>()
+    };
+    let dst = TempDb::new();
+    ok(&import_file(&dst, "ts.jsonl", &text(&lines)));
+    let events = dst.open().events(id, 0, None).unwrap();
+    assert_eq!(events[0].created_at, "2026-11-30T04:17:26.500000Z");
+    assert_eq!(events[1].created_at, "2026-11-30T04:17:27.000000Z");
+    let row = dst.open().session(id).unwrap();
+    assert_eq!(row.created_at, "2026-11-30T04:17:26.500000Z");
+
+    lines[1]["created_at"] = "yesterday".into();
+    let other = TempDb::new();
+    let refused = import_file(&other, "bad.jsonl", &text(&lines));
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("\"yesterday\" is not an RFC 3339 timestamp"),
+        "{err}"
+    );
+    assert!(other.open().session_ids().unwrap().is_empty());
+}
+
+#[test]
+fn import_refusals_name_the_line_and_blame_the_file() {
+    let src = TempDb::new();
+    varied(&src);
+    let out = export_all(&src);
+    let mut lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The second session's first line, made into something else.
+    let at = lines
+        .iter()
+        .position(|l| l["seq"] == 1 && l != &lines[0])
+        .unwrap();
+    lines[at]["kind"] = "user_message".into();
+    let text: String = lines.iter().map(|l| l.to_string() + "\n").collect();
+    let dst = TempDb::new();
+    let refused = import_file(&dst, "bad.jsonl", &text);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains(&format!("line {}", at + 1)) && err.contains("not session_started"),
+        "{err}"
+    );
+    assert!(!err.contains("the database holds"), "{err}");
+
+    // Importing a file twice: the line of the session already there.
+    ok(&import_file(&dst, "good.jsonl", &out));
+    let again = import_file(&dst, "good.jsonl", &out);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("line 1 ") && err.contains("already in this database"),
+        "{err}"
+    );
+    let missing = brain(&dst, &["sessions", "import", "/nonexistent/x.jsonl"], "");
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("cannot read /nonexistent/x.jsonl"), "{err}");
+}
+
+#[test]
+fn export_output_refuses_an_existing_file_and_always_the_database() {
+    let db = TempDb::new();
+    varied(&db);
+    let before = std::fs::read(db.path()).unwrap();
+    let existing = db.dir.path().join("existing.jsonl");
+    std::fs::write(&existing, "keep me").unwrap();
+    let export_to = |path: &std::path::Path, force: bool| {
+        let mut args = vec![
+            "sessions",
+            "export",
+            "--all",
+            "--output",
+            path.to_str().unwrap(),
+        ];
+        if force {
+            args.push("--force");
+        }
+        brain(&db, &args, "")
+    };
+    let refused = export_to(&existing, false);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    ok(&export_to(&existing, true));
+    assert!(
+        std::fs::read_to_string(&existing)
+            .unwrap()
+            .contains("session_started")
+    );
+
+    let link = db.dir.path().join("link.db");
+    std::os::unix::fs::symlink(db.path(), &link).unwrap();
+    let dotted = db.dir.path().join("sub").join("..").join("brain.db");
+    std::fs::create_dir(db.dir.path().join("sub")).unwrap();
+    let mut companions = vec![db.path(), link, dotted];
+    for suffix in ["-wal", "-shm", ".lock"] {
+        let mut p = db.path().into_os_string();
+        p.push(suffix);
+        companions.push(p.into());
+    }
+    for path in companions {
+        for force in [false, true] {
+            let refused = export_to(&path, force);
+            assert_eq!(refused.status.code(), Some(1), "{path:?}");
+            let err = String::from_utf8_lossy(&refused.stderr);
+            assert!(err.contains("the database"), "{path:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read(db.path()).unwrap(), before);
 }
