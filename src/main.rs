@@ -3,10 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = brain::cli::Cli::parse();
+    let cli = brain::cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = brain::cli::run(cli, &mut out).and_then(|()| Ok(out.flush()?));

@@ -186,7 +186,7 @@ fn parse_temperature(s: &str) -> Result<f32, String> {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the API (the default command)
+    /// Serve the API (the default command: `brain --listen …` is `brain serve --listen …`)
     Serve(ServeArgs),
     /// Create the database if needed, apply its migrations, and exit
     Migrate,
@@ -353,6 +353,34 @@ impl CliError {
     }
 }
 
+/// Parses a command line. `serve` is the default command, so it takes serve's flags:
+/// `brain --listen …` is `brain serve --listen …`.
+pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let first = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if first.kind() != clap::error::ErrorKind::UnknownArgument || args.is_empty() {
+        return Err(first);
+    }
+    // A flag `brain` does not know may be serve's: read the line again as `brain serve …`
+    // (`--db` and `--sync` are global, so they may stand anywhere).
+    let mut as_serve = args;
+    as_serve.insert(1, "serve".into());
+    match Cli::try_parse_from(&as_serve) {
+        Ok(cli) => Ok(cli),
+        // Not serve's either (a typo, or a subcommand after serve's flags): the first
+        // error says it best.
+        Err(e) if e.kind() == clap::error::ErrorKind::UnknownArgument => Err(first),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs a parsed command line, writing its output to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
     let sync = cli.sync.into();
@@ -507,4 +535,24 @@ fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(
         schema::latest_version()
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_flags_without_a_command_mean_serve() {
+        let cli = parse_args(["brain", "--listen", "127.0.0.1:1", "--db", "x.db"]).unwrap();
+        match cli.command {
+            Some(Command::Serve(args)) => assert_eq!(args.listen.port(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cli.db, Some(PathBuf::from("x.db")));
+        let cli = parse_args(["brain", "--db", "x.db", "sessions", "list"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Sessions(_))));
+        assert!(parse_args(["brain"]).unwrap().command.is_none());
+        let e = parse_args(["brain", "--listen", "127.0.0.1:1", "migrate"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
 }

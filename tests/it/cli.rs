@@ -283,3 +283,46 @@ fn compact_by_hand_prints_tokens_before_and_after() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("between 0.1 and 0.95"));
 }
+
+#[test]
+fn brain_alone_takes_serves_flags_because_serve_is_the_default_command() {
+    use std::io::{BufRead, BufReader};
+    let db = TempDb::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["--listen", "127.0.0.1:0", "--distill", "off"])
+        .args([
+            "--provider-url",
+            "http://127.0.0.1:9/v1",
+            "--sync",
+            "normal",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("brain serving http://127.0.0.1:")
+            && line.contains("provider http://127.0.0.1:9/v1"),
+        "{line:?}"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    // Serve's checks apply; serve's flags do not go with another command.
+    let bad = brain(&db, &["--listen", "nowhere"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("for '--listen"));
+    let mixed = brain(&db, &["--listen", "127.0.0.1:0", "sessions", "list"]);
+    assert_eq!(mixed.status.code(), Some(2));
+    let typo = brain(&db, &["--listn", "127.0.0.1:0"]);
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("unexpected argument '--listn'"));
+}
