@@ -85,7 +85,8 @@ pub struct ProviderArgs {
     #[arg(
         long,
         env = "BRAIN_PROVIDER_URL",
-        default_value = "http://127.0.0.1:11434/v1"
+        default_value = "http://127.0.0.1:11434/v1",
+        value_parser = parse_http_url
     )]
     pub provider_url: String,
     /// The environment variable holding the API key (optional for local servers)
@@ -167,7 +168,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub session: Option<String>,
     /// The server to talk to [default: the one holding the database, from its lock file]
-    #[arg(long)]
+    #[arg(long, value_parser = parse_http_url)]
     pub url: Option<String>,
     /// The server's bearer token, when it has one
     #[arg(long, env = "BRAIN_API_TOKEN")]
@@ -175,6 +176,39 @@ pub struct ChatArgs {
     /// Settings for the in-process engine (used only when no server holds the database)
     #[command(flatten)]
     pub provider: ProviderArgs,
+}
+
+/// An `http://` or `https://` URL with a host, or what the user probably meant.
+fn parse_http_url(s: &str) -> Result<String, String> {
+    let text = s.trim();
+    let lower = text.to_ascii_lowercase();
+    let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| lower.strip_prefix(scheme))
+    else {
+        return Err(if lower.contains("://") {
+            format!("{text:?} is not an http:// or https:// URL")
+        } else {
+            format!("{text:?} has no scheme; did you mean http://{text}?")
+        });
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    // `[::1]:8080`, `host:8080` or `host`: whatever follows the host's last `:` is a port.
+    let port = match host_port.rfind(']') {
+        Some(end) => host_port[end + 1..].strip_prefix(':'),
+        None => host_port.split_once(':').map(|(_, p)| p),
+    };
+    let valid = !host_port.is_empty()
+        && !host_port.starts_with(':')
+        && port.is_none_or(|p| p.parse::<u16>().is_ok())
+        && text.parse::<ureq::http::Uri>().is_ok();
+    if !valid {
+        return Err(format!(
+            "{text:?} is not a URL with a host (like http://127.0.0.1:8080/v1)"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 fn parse_temperature(s: &str) -> Result<f32, String> {
@@ -554,5 +588,33 @@ mod tests {
         assert!(parse_args(["brain"]).unwrap().command.is_none());
         let e = parse_args(["brain", "--listen", "127.0.0.1:1", "migrate"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn a_url_without_a_scheme_is_refused_with_the_fix() {
+        assert_eq!(
+            parse_http_url("localhost:8091").unwrap_err(),
+            "\"localhost:8091\" has no scheme; did you mean http://localhost:8091?"
+        );
+        assert!(
+            parse_http_url("127.0.0.1:8080/v1")
+                .unwrap_err()
+                .contains("http://127.0.0.1:8080/v1?")
+        );
+        assert!(
+            parse_http_url("ftp://x/v1")
+                .unwrap_err()
+                .contains("not an http")
+        );
+        assert!(parse_http_url("http://").is_err());
+        assert!(parse_http_url("http:///v1").is_err());
+        assert!(parse_http_url("http://host:notaport/v1").is_err());
+        for ok in [
+            "http://localhost:8091/v1",
+            "HTTPS://api.openai.com/v1",
+            "http://[::1]:8080",
+        ] {
+            assert_eq!(parse_http_url(ok).unwrap(), ok);
+        }
     }
 }

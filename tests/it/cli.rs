@@ -326,3 +326,41 @@ fn brain_alone_takes_serves_flags_because_serve_is_the_default_command() {
     let typo = brain(&db, &["--listn", "127.0.0.1:0"]);
     assert!(String::from_utf8_lossy(&typo.stderr).contains("unexpected argument '--listn'"));
 }
+
+#[test]
+fn a_url_without_a_scheme_stops_startup_with_the_fix() {
+    let db = TempDb::new();
+    for args in [
+        &["serve", "--provider-url", "localhost:8091"][..],
+        &["--provider-url", "localhost:8091"],
+        &["chat", "--provider-url", "localhost:8091"],
+        &["chat", "--url", "localhost:8091"],
+        &[
+            "sessions",
+            "compact",
+            "0192e4a0-7b1c-7d3e-8f00-123456789abc",
+            "--provider-url",
+            "localhost:8091",
+        ],
+    ] {
+        let out = brain(&db, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("did you mean http://localhost:8091?"),
+            "{args:?}: {err}"
+        );
+    }
+    let env = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .arg("serve")
+        .env("BRAIN_PROVIDER_URL", "127.0.0.1:11434/v1")
+        .output()
+        .unwrap();
+    assert_eq!(env.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&env.stderr).contains("did you mean http://127.0.0.1:11434/v1?")
+    );
+    assert!(!db.path().exists(), "refused before anything was opened");
+}
