@@ -1,6 +1,7 @@
-//! The terminal: `brain chat` through a pipe (against a server, and in-process), export and
-//! import round trips, backups taken while appends go on, and write commands refused while
-//! a server holds the database.
+//! The terminal: `brain chat` through a pipe (against a server, and in-process), Ctrl-C,
+//! export and import round trips and their edges, backups taken while appends go on, the
+//! database's lock (servers, writers, in-process chat), and escape sequences in text.
+//! Every wait is on a condition (a line of output, a channel), never on a sleep.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
@@ -317,6 +318,7 @@ fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
     let store = Arc::new(db.open());
     let id = store.create_session(None, String::new()).unwrap().id;
     let stop = Arc::new(AtomicBool::new(false));
+    let (under_way, appending) = std::sync::mpsc::channel();
     let writer = {
         let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -326,20 +328,23 @@ fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
                     .append(id, &user(&format!("message {n} {}", "x".repeat(2000))))
                     .unwrap();
                 n += 1;
+                if n == 10 {
+                    let _ = under_way.send(());
+                }
             }
             n
         })
     };
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Back up once the appends are under way (they go on meanwhile).
+    appending
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the writer appends");
     let target = db.dir.path().join("copy.db");
     let out = ok(&brain(&db, &["backup", target.to_str().unwrap()], ""));
     stop.store(true, Ordering::SeqCst);
     let written = writer.join().unwrap();
     assert!(out.contains("integrity ok"), "{out}");
-    assert!(
-        written > 10,
-        "appends went on during the backup ({written})"
-    );
+    assert!(written >= 10, "appends went on ({written})");
     let copy = Store::open(&target, StoreOptions::default()).unwrap();
     let seqs: Vec<u64> = copy
         .events(id, 0, None)
@@ -374,32 +379,19 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
         .write_all(b"wait forever [[mock {\"hang\": true}]]\n")
         .unwrap();
     stdin.flush().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = chat.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let out = Stdout::of(&mut chat);
     let interrupt = |pid: u32| {
         Command::new("kill")
             .args(["-INT", &pid.to_string()])
             .status()
             .unwrap();
     };
-    // Wait until the answer is under way, then Ctrl-C.
-    let banner = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
-    assert!(banner.starts_with("session "), "{banner}");
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // `assistant: ` is printed once the server has accepted the turn and its first frame
+    // arrived: the answer is under way. Then Ctrl-C.
+    let seen = out.until("assistant: ");
+    assert!(seen.starts_with("session "), "{seen}");
     interrupt(chat.id());
-    let mut seen = String::new();
-    while !seen.contains("[failed") {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("the answer ended after Ctrl-C");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
+    out.until("[failed");
     // Still alive at the prompt; a second Ctrl-C leaves.
     assert!(chat.try_wait().unwrap().is_none());
     interrupt(chat.id());
@@ -410,38 +402,45 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
     server.wait().unwrap();
 }
 
-/// A child's standard output, line by line, to wait on.
-struct Lines(std::sync::mpsc::Receiver<String>);
+/// A child's standard output as it arrives (partial lines included), to wait on.
+struct Stdout {
+    chunks: std::sync::mpsc::Receiver<String>,
+    seen: std::cell::RefCell<String>,
+}
 
-impl Lines {
-    fn of(child: &mut Child) -> Lines {
+impl Stdout {
+    fn of(child: &mut Child) -> Stdout {
         let (tx, rx) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut buf) {
+                if tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+                {
                     break;
                 }
             }
         });
-        Lines(rx)
+        Stdout {
+            chunks: rx,
+            seen: Default::default(),
+        }
     }
 
-    /// Waits (generously) for a line containing `text`; returns everything read so far.
+    /// Waits (generously) until the output so far contains `text`; returns all of it.
     fn until(&self, text: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let mut seen = String::new();
+        let mut seen = self.seen.borrow_mut();
         while !seen.contains(text) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.0.recv_timeout(left) {
-                Ok(line) => {
-                    seen.push_str(&line);
-                    seen.push('\n');
-                }
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => seen.push_str(&chunk),
                 Err(_) => panic!("no {text:?} in the output:\n{seen}"),
             }
         }
-        seen
+        seen.clone()
     }
 }
 
@@ -553,8 +552,7 @@ fn in_process_chat_holds_the_database_against_a_server_started_meanwhile() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let lines = Lines::of(&mut chat);
-    lines.until("in-process");
+    Stdout::of(&mut chat).until("in-process");
     let err = refused_serve(&db, &mock.url);
     assert!(
         err.contains(&format!("brain chat, pid {}", chat.id())),
