@@ -16,6 +16,30 @@ fn brain(db: &TempDb, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `brain` with `args`, which must exit by itself (a refusal): one still running after a
+/// generous deadline (say, serving when it should have refused) is killed and fails.
+fn brain_exits(db: &TempDb, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            Command::new("kill").args(["-9", &pid]).status().unwrap();
+            panic!("brain {args:?} did not exit");
+        }
+    }
+}
+
 fn stdout_ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -331,8 +355,19 @@ fn brain_alone_takes_serves_flags_because_serve_is_the_default_command() {
 fn a_url_without_a_scheme_stops_startup_with_the_fix() {
     let db = TempDb::new();
     for args in [
-        &["serve", "--provider-url", "localhost:8091"][..],
-        &["--provider-url", "localhost:8091"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            "localhost:8091",
+        ][..],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            "localhost:8091",
+        ],
         &["chat", "--provider-url", "localhost:8091"],
         &["chat", "--url", "localhost:8091"],
         &[
@@ -351,13 +386,14 @@ fn a_url_without_a_scheme_stops_startup_with_the_fix() {
             "{args:?}: {err}"
         );
     }
-    let env = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .arg("serve")
-        .env("BRAIN_PROVIDER_URL", "127.0.0.1:11434/v1")
-        .output()
-        .unwrap();
+    let env = brain_exits(
+        &db,
+        &["serve"],
+        &[
+            ("BRAIN_PROVIDER_URL", "127.0.0.1:11434/v1"),
+            ("BRAIN_LISTEN", "127.0.0.1:0"),
+        ],
+    );
     assert_eq!(env.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&env.stderr).contains("did you mean http://127.0.0.1:11434/v1?")
