@@ -3,11 +3,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     brain::logging::init();
-    let cli = brain::cli::Cli::parse();
+    let cli = brain::cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = brain::cli::run(cli, &mut out).and_then(|()| Ok(out.flush()?));
@@ -15,7 +13,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("brain: {e}");
+            // Errors can quote a file or a server: never let them drive the terminal.
+            eprintln!("brain: {}", brain::cli::term::printable(&e.to_string()));
             ExitCode::FAILURE
         }
     }

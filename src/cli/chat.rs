@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 use signal_hook::consts::SIGINT;
 
-use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path, serve};
+use super::lock::{DbLock, Holder, LockError};
+use super::term::printable;
+use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
 use crate::provider::Provider;
 use crate::session::projection::ui_transcript;
@@ -136,15 +138,21 @@ impl Backend for Http {
 struct Local {
     engine: Engine,
     store: Arc<Store>,
+    /// The database's lock, held while this chat writes to it.
+    _lock: DbLock,
 }
 
 impl Local {
-    fn new(db: PathBuf, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
+    fn new(db: PathBuf, lock: DbLock, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
         let store = Arc::new(open_at(&db, sync)?);
         let cfg = p.provider_config();
         let settings = p.engine_settings();
         let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
-        Ok(Local { engine, store })
+        Ok(Local {
+            engine,
+            store,
+            _lock: lock,
+        })
     }
 
     fn frames(sub: crate::chat::frames::Subscription) -> Frames {
@@ -208,9 +216,18 @@ fn backend(
         return Ok(Arc::new(Http::new(url, args.api_token.clone())));
     }
     let db = resolve_db_path(db)?;
-    match serve::server_holding(&db) {
-        Some(url) => Ok(Arc::new(Http::new(&url, args.api_token.clone()))),
-        None => Ok(Arc::new(Local::new(db, sync, &args.provider)?)),
+    // Taking the lock is how we learn whether a server holds the database: whoever holds
+    // it is alive (the kernel frees a dead process's lock), and a server wrote its URL.
+    match DbLock::acquire(&db, "chat") {
+        Ok(lock) => Ok(Arc::new(Local::new(db, lock, sync, &args.provider)?)),
+        Err(LockError::Held {
+            holder: Holder { url: Some(url), .. },
+            ..
+        }) => Ok(Arc::new(Http::new(&url, args.api_token.clone()))),
+        Err(e) => Err(CliError::Locked(
+            e,
+            "wait until it is done, or pass --url to talk to a server",
+        )),
     }
 }
 
@@ -257,7 +274,7 @@ pub fn run(
                 active.store(false, Ordering::SeqCst);
                 shown?;
             }
-            Err(e) => writeln!(out, "[{e}]")?,
+            Err(e) => writeln!(out, "[{}]", printable(&e.to_string()))?,
         }
         out.flush()?;
     }
@@ -301,12 +318,14 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
                 thinking = true;
                 write!(out, "[thinking…] ")?
             }
-            "chunk" => write!(out, "{}", f["text"].as_str().unwrap_or_default())?,
+            // Each chunk on its own: `printable` needs no state, so a sequence split
+            // between chunks is made visible all the same.
+            "chunk" => write!(out, "{}", printable(f["text"].as_str().unwrap_or_default()))?,
             "error" => write!(
                 out,
                 "\n[error {}: {}]",
-                f["code"].as_str().unwrap_or("?"),
-                f["message"].as_str().unwrap_or("")
+                printable(f["code"].as_str().unwrap_or("?")),
+                printable(f["message"].as_str().unwrap_or(""))
             )?,
             "end" => {
                 match f["status"].as_str().unwrap_or_default() {
@@ -327,20 +346,17 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
-    let text = item["text"].as_str().unwrap_or_default();
+    let field = |name: &str| printable(item[name].as_str().unwrap_or_default()).into_owned();
+    let text = field("text");
     match item["kind"].as_str().unwrap_or_default() {
         "user" => writeln!(out, "you: {text}")?,
         "assistant" => writeln!(out, "assistant: {text}")?,
         "interrupted" => writeln!(out, "assistant (interrupted): {text}")?,
         "streaming" => writeln!(out, "assistant (still answering): {text}")?,
-        "error" => writeln!(out, "[failed: {}]", item["code"].as_str().unwrap_or("?"))?,
-        "compaction" => writeln!(
-            out,
-            "[compacted: {}]",
-            item["summary"].as_str().unwrap_or_default()
-        )?,
-        "title" => writeln!(out, "[renamed to {}]", item["title"])?,
-        other => writeln!(out, "[{other}]")?,
+        "error" => writeln!(out, "[failed: {}]", field("code"))?,
+        "compaction" => writeln!(out, "[compacted: {}]", field("summary"))?,
+        "title" => writeln!(out, "[renamed to {:?}]", field("title"))?,
+        other => writeln!(out, "[{}]", printable(other))?,
     }
     Ok(())
 }

@@ -5,8 +5,10 @@
 //! ordinary error, not a panic.
 
 mod chat;
+pub mod lock;
 mod serve;
 mod sessions;
+pub mod term;
 mod transfer;
 
 /// Parses `ServeArgs` alone (for `brain` with no command).
@@ -24,7 +26,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config;
 use crate::session::cursor::ArchivedFilter;
 use crate::session::events::BadSessionId;
-use crate::session::store::schema;
+use crate::session::store::{OlderSchema, schema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// brain: a local LLM chat server whose sessions survive anything.
@@ -83,7 +85,8 @@ pub struct ProviderArgs {
     #[arg(
         long,
         env = "BRAIN_PROVIDER_URL",
-        default_value = "http://127.0.0.1:11434/v1"
+        default_value = "http://127.0.0.1:11434/v1",
+        value_parser = parse_http_url
     )]
     pub provider_url: String,
     /// The environment variable holding the API key (optional for local servers)
@@ -171,7 +174,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub session: Option<String>,
     /// The server to talk to [default: the one holding the database, from its lock file]
-    #[arg(long)]
+    #[arg(long, value_parser = parse_http_url)]
     pub url: Option<String>,
     /// The server's bearer token, when it has one
     #[arg(long, env = "BRAIN_API_TOKEN")]
@@ -179,6 +182,39 @@ pub struct ChatArgs {
     /// Settings for the in-process engine (used only when no server holds the database)
     #[command(flatten)]
     pub provider: ProviderArgs,
+}
+
+/// An `http://` or `https://` URL with a host, or what the user probably meant.
+fn parse_http_url(s: &str) -> Result<String, String> {
+    let text = s.trim();
+    let lower = text.to_ascii_lowercase();
+    let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| lower.strip_prefix(scheme))
+    else {
+        return Err(if lower.contains("://") {
+            format!("{text:?} is not an http:// or https:// URL")
+        } else {
+            format!("{text:?} has no scheme; did you mean http://{text}?")
+        });
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    // `[::1]:8080`, `host:8080` or `host`: whatever follows the host's last `:` is a port.
+    let port = match host_port.rfind(']') {
+        Some(end) => host_port[end + 1..].strip_prefix(':'),
+        None => host_port.split_once(':').map(|(_, p)| p),
+    };
+    let valid = !host_port.is_empty()
+        && !host_port.starts_with(':')
+        && port.is_none_or(|p| p.parse::<u16>().is_ok())
+        && text.parse::<ureq::http::Uri>().is_ok();
+    if !valid {
+        return Err(format!(
+            "{text:?} is not a URL with a host (like http://127.0.0.1:8080/v1)"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 fn parse_temperature(s: &str) -> Result<f32, String> {
@@ -190,7 +226,7 @@ fn parse_temperature(s: &str) -> Result<f32, String> {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the API (the default command)
+    /// Serve the API (the default command: `brain --listen …` is `brain serve --listen …`)
     Serve(ServeArgs),
     /// Create the database if needed, apply its migrations, and exit
     Migrate,
@@ -269,9 +305,12 @@ pub enum SessionsCommand {
         all: bool,
         #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
         format: ExportFormat,
-        /// Write to this file instead of standard output
+        /// Write to this file instead of standard output (a new file, unless --force)
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Replace the --output file if it exists (never the database or its own files)
+        #[arg(long, requires = "output")]
+        force: bool,
     },
     /// Read a JSONL export into this database (all of it or, on any bad line, nothing)
     Import {
@@ -325,12 +364,65 @@ pub enum CliError {
     Import(usize, String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("cannot read {}: {source}", path.display())]
+    Input {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("refusing to write the export to {}: {why}", path.display())]
+    OutputRefused { path: PathBuf, why: &'static str },
+    #[error("{}", locked_message(.0, .1))]
+    Locked(lock::LockError, &'static str),
+}
+
+fn locked_message(e: &lock::LockError, advice: &str) -> String {
+    match e {
+        lock::LockError::Held { .. } => format!("{e}; {advice}"),
+        lock::LockError::Io { .. } => e.to_string(),
+    }
+}
+
+/// Takes the database's lock for `command`, or refuses with who holds it and `advice`.
+fn lock_db(
+    db: &std::path::Path,
+    command: &str,
+    advice: &'static str,
+) -> Result<lock::DbLock, CliError> {
+    lock::DbLock::acquire(db, command).map_err(|e| CliError::Locked(e, advice))
 }
 
 impl CliError {
     /// A closed output pipe (`brain … | head`): the reader has what it wanted.
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// Parses a command line. `serve` is the default command, so it takes serve's flags:
+/// `brain --listen …` is `brain serve --listen …`.
+pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let first = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if first.kind() != clap::error::ErrorKind::UnknownArgument || args.is_empty() {
+        return Err(first);
+    }
+    // A flag `brain` does not know may be serve's: read the line again as `brain serve …`
+    // (`--db` and `--sync` are global, so they may stand anywhere).
+    let mut as_serve = args;
+    as_serve.insert(1, "serve".into());
+    match Cli::try_parse_from(&as_serve) {
+        Ok(cli) => Ok(cli),
+        // Not serve's either (a typo, or a subcommand after serve's flags): the first
+        // error says it best.
+        Err(e) if e.kind() == clap::error::ErrorKind::UnknownArgument => Err(first),
+        Err(e) => Err(e),
     }
 }
 
@@ -348,26 +440,60 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Chat(args) => chat::run(cli.db, sync, args, out),
         Command::Backup { path } => backup(cli.db, sync, &path, out),
         Command::Sessions(cmd) => {
+            if !cmd.writes() {
+                // Never migrates or writes: a newer brain reading a database an older
+                // server runs on must leave it as it is (SPEC §12).
+                let store = open_read_only(&db_path(cli.db)?, sync, OlderSchema::Refuse)?;
+                return sessions::run(store, cmd, out);
+            }
             let db = resolve_db_path(cli.db)?;
-            if let SessionsCommand::Compact { id, api_token, .. } = &cmd {
-                if let Some(url) = serve::server_holding(&db) {
-                    return sessions::compact_on_server(&url, id, api_token.as_deref(), out);
-                }
+            let lock = lock::DbLock::acquire(&db, "sessions");
+            // A compaction goes through the server that holds the database, if one does.
+            if let (
+                SessionsCommand::Compact { id, api_token, .. },
+                Err(lock::LockError::Held {
+                    holder: lock::Holder { url: Some(url), .. },
+                    ..
+                }),
+            ) = (&cmd, &lock)
+            {
+                return sessions::compact_on_server(url, id, api_token.as_deref(), out);
             }
-            if let SessionsCommand::Import { .. } = cmd {
-                serve::ensure_not_served(&db, "change its sessions from the command line")?;
-            }
-            sessions::run(open_store(Some(db), sync)?, cmd, out)
+            let _lock = lock.map_err(|e| {
+                CliError::Locked(
+                    e,
+                    "stop it before you change sessions from the command line",
+                )
+            })?;
+            sessions::run(open_at(&db, sync)?, cmd, out)
         }
+    }
+}
+
+impl SessionsCommand {
+    /// Whether the command changes the database (and so needs its lock).
+    fn writes(&self) -> bool {
+        match self {
+            SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } => true,
+            SessionsCommand::List { .. }
+            | SessionsCommand::Show { .. }
+            | SessionsCommand::Export { .. }
+            | SessionsCommand::Search { .. } => false,
+        }
+    }
+}
+
+/// The database path from `--db`/`BRAIN_DB` or the default.
+fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    match db {
+        Some(p) => Ok(p),
+        None => config::default_db_path().ok_or(CliError::NoDataDir),
     }
 }
 
 /// The database path from `--db`/`BRAIN_DB` or the default, its directory created.
 pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
-    let path = match db {
-        Some(p) => p,
-        None => config::default_db_path().ok_or(CliError::NoDataDir)?,
-    };
+    let path = db_path(db)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
             path: dir.to_owned(),
@@ -390,6 +516,19 @@ fn open_at(path: &std::path::Path, sync: SyncMode) -> Result<Store, CliError> {
             ..StoreOptions::default()
         },
     )?)
+}
+
+/// Opens an existing database for a command that only reads (nothing created or migrated).
+fn open_read_only(
+    path: &std::path::Path,
+    sync: SyncMode,
+    older: OlderSchema,
+) -> Result<Store, CliError> {
+    let options = StoreOptions {
+        sync,
+        ..StoreOptions::default()
+    };
+    Ok(Store::open_read_only(path, options, older)?)
 }
 
 impl ProviderArgs {
@@ -419,7 +558,9 @@ fn backup(
     path: &std::path::Path,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let store = open_store(db, sync)?;
+    // A copy needs no particular schema: an older one is copied as it is (a backup before
+    // `brain migrate` is the careful order); a newer one is refused like everywhere.
+    let store = open_read_only(&db_path(db)?, sync, OlderSchema::Accept)?;
     store.backup_to(path)?;
     // The copy must open and be whole before we say it is a backup.
     let copy = rusqlite::Connection::open(path).map_err(StoreError::from)?;
@@ -442,9 +583,9 @@ fn backup(
 }
 
 fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(), CliError> {
-    let probe = resolve_db_path(db)?;
-    serve::ensure_not_served(&probe, "migrate it")?;
-    let store = open_store(Some(probe), sync)?;
+    let path = resolve_db_path(db)?;
+    let _lock = lock_db(&path, "migrate", "stop it before you migrate the database")?;
+    let store = open_store(Some(path), sync)?;
     writeln!(
         out,
         "{}: schema at version {}",
@@ -452,4 +593,52 @@ fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(
         schema::latest_version()
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_flags_without_a_command_mean_serve() {
+        let cli = parse_args(["brain", "--listen", "127.0.0.1:1", "--db", "x.db"]).unwrap();
+        match cli.command {
+            Some(Command::Serve(args)) => assert_eq!(args.listen.port(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cli.db, Some(PathBuf::from("x.db")));
+        let cli = parse_args(["brain", "--db", "x.db", "sessions", "list"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Sessions(_))));
+        assert!(parse_args(["brain"]).unwrap().command.is_none());
+        let e = parse_args(["brain", "--listen", "127.0.0.1:1", "migrate"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn a_url_without_a_scheme_is_refused_with_the_fix() {
+        assert_eq!(
+            parse_http_url("localhost:8091").unwrap_err(),
+            "\"localhost:8091\" has no scheme; did you mean http://localhost:8091?"
+        );
+        assert!(
+            parse_http_url("127.0.0.1:8080/v1")
+                .unwrap_err()
+                .contains("http://127.0.0.1:8080/v1?")
+        );
+        assert!(
+            parse_http_url("ftp://x/v1")
+                .unwrap_err()
+                .contains("not an http")
+        );
+        assert!(parse_http_url("http://").is_err());
+        assert!(parse_http_url("http:///v1").is_err());
+        assert!(parse_http_url("http://host:notaport/v1").is_err());
+        for ok in [
+            "http://localhost:8091/v1",
+            "HTTPS://api.openai.com/v1",
+            "http://[::1]:8080",
+        ] {
+            assert_eq!(parse_http_url(ok).unwrap(), ok);
+        }
+    }
 }

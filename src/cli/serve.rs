@@ -1,15 +1,14 @@
-//! `brain serve`: settings validated at startup, the database's lock file, the server, and
+//! `brain serve`: settings validated at startup, the database's lock, the server, and
 //! a shutdown on SIGTERM or Ctrl-C that ends every attempt within 10 s.
 
-use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use super::{CliError, ServeArgs, open_at, resolve_db_path};
+use super::{CliError, ServeArgs, lock_db, open_at, resolve_db_path};
 use crate::api::{self, ApiConfig};
 use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
 
@@ -21,54 +20,6 @@ const ATTEMPTS_DEADLINE: Duration = SHUTDOWN_DEADLINE.saturating_sub(Duration::f
 const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
 use crate::session::SyncMode;
-
-/// The lock file beside a database: it holds the URL of the server that owns it.
-pub fn lock_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(".lock");
-    PathBuf::from(name)
-}
-
-/// The URL of the live server holding the database, if one does. A lock file whose
-/// process is gone is stale and ignored.
-pub fn server_holding(db: &Path) -> Option<String> {
-    let text = fs::read_to_string(lock_path(db)).ok()?;
-    let mut lines = text.lines();
-    let url = lines.next()?.trim().to_owned();
-    let pid = lines.next()?.trim().parse::<u32>().ok()?;
-    let alive = Path::new(&format!("/proc/{pid}")).exists() && pid != std::process::id();
-    alive.then_some(url)
-}
-
-/// Refuses a command that writes while a server holds the database.
-pub fn ensure_not_served(db: &Path, what: &str) -> Result<(), CliError> {
-    match server_holding(db) {
-        Some(url) => Err(CliError::Serve(format!(
-            "a brain server at {url} holds {}; stop it before you {what}",
-            db.display()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Takes the database's lock file, unless a live server holds it.
-fn take_lock(db: &Path, url: &str) -> Result<PathBuf, CliError> {
-    let path = lock_path(db);
-    if let Some(held_by) = server_holding(db) {
-        return Err(CliError::Serve(format!(
-            "another brain already serves {} at {held_by} (lock file {})",
-            db.display(),
-            path.display()
-        )));
-    }
-    fs::write(&path, format!("{url}\n{}\n", std::process::id())).map_err(|e| {
-        CliError::Serve(format!(
-            "cannot write the lock file {}: {e}",
-            path.display()
-        ))
-    })?;
-    Ok(path)
-}
 
 fn validate(args: &ServeArgs) -> Result<(), CliError> {
     if !args.listen.ip().is_loopback()
@@ -94,6 +45,13 @@ pub fn run(
 ) -> Result<(), CliError> {
     validate(&args)?;
     let db = resolve_db_path(db)?;
+    // Taken before the database is opened or migrated; held until this function returns,
+    // after shutdown has ended every attempt.
+    let mut lock = lock_db(
+        &db,
+        "serve",
+        "one server per database: stop it first, or give this one another --db",
+    )?;
     let store = Arc::new(open_at(&db, sync)?);
 
     let p = &args.provider;
@@ -121,7 +79,8 @@ pub fn run(
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| CliError::Serve(format!("cannot handle signals: {e}")))?;
     let mut running = api::start(config, engine.clone()).map_err(CliError::Serve)?;
-    let lock = take_lock(&db, &running.url())?;
+    lock.set_url(&running.url())
+        .map_err(|e| CliError::Serve(e.to_string()))?;
     writeln!(
         out,
         "brain serving {} (database {}, provider {})",
@@ -150,6 +109,6 @@ pub fn run(
         report.skipped_background
     );
     running.close(STREAMS_GRACE);
-    let _ = fs::remove_file(lock);
+    drop(lock);
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::term::{printable, push_printable};
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::compact::CompactReport;
@@ -31,6 +32,7 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             all: _,
             format,
             output,
+            force,
         } => {
             let which = match id {
                 Some(id) => transfer::Which::One(id.parse()?),
@@ -39,7 +41,11 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             let mut file;
             let sink: &mut dyn Write = match &output {
                 Some(path) => {
-                    file = std::io::BufWriter::new(std::fs::File::create(path)?);
+                    file = std::io::BufWriter::new(transfer::create_output(
+                        path,
+                        force,
+                        store.path(),
+                    )?);
                     &mut file
                 }
                 None => out,
@@ -54,7 +60,10 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             let sessions = if file.as_os_str() == "-" {
                 transfer::read_jsonl(&mut std::io::stdin().lock())?
             } else {
-                let f = std::fs::File::open(&file)?;
+                let f = std::fs::File::open(&file).map_err(|source| CliError::Input {
+                    path: file.clone(),
+                    source,
+                })?;
                 transfer::read_jsonl(&mut std::io::BufReader::new(f))?
             };
             let (n, events) = transfer::import(store, &sessions)?;
@@ -142,7 +151,7 @@ fn list(
             "{}  {}  {}{}",
             s.updated_at,
             s.id,
-            s.title.as_deref().unwrap_or("(untitled)"),
+            printable(s.title.as_deref().unwrap_or("(untitled)")),
             if s.archived { "  [archived]" } else { "" }
         )?;
     }
@@ -154,7 +163,7 @@ fn session_header(session: &SessionRow, out: &mut dyn Write) -> Result<(), CliEr
         out,
         "{}  {}{}",
         session.id,
-        session.title.as_deref().unwrap_or("(untitled)"),
+        printable(session.title.as_deref().unwrap_or("(untitled)")),
         if session.archived { "  [archived]" } else { "" }
     )?;
     writeln!(
@@ -261,9 +270,10 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
         ),
         ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),
     };
-    writeln!(out, "#{} {at}  {head}", item.seq)?;
+    // The head quotes titles, models and error messages: untrusted too.
+    writeln!(out, "#{} {at}  {}", item.seq, printable(&head))?;
     if let Some(text) = body {
-        for line in text.lines() {
+        for line in printable(text).lines() {
             writeln!(out, "    {line}")?;
         }
     }
@@ -300,7 +310,7 @@ fn show_llm(
     }
     session_header(&session, out)?;
     writeln!(out, "system ({} tokens)", tokens.system)?;
-    for line in ctx.system.lines() {
+    for line in printable(&ctx.system).lines() {
         writeln!(out, "    {line}")?;
     }
     for (m, t) in ctx.messages.iter().zip(&tokens.messages) {
@@ -313,7 +323,7 @@ fn show_llm(
             "\n{role} (#{}..#{}, {t} tokens)",
             m.first_seq, m.last_seq
         )?;
-        for line in m.content.lines() {
+        for line in printable(&m.content).lines() {
             writeln!(out, "    {line}")?;
         }
     }
@@ -341,7 +351,10 @@ fn show_events(
         writeln!(
             out,
             "#{:<5} {}  {:<18} {}",
-            e.seq, e.created_at, e.kind, e.payload
+            e.seq,
+            printable(&e.created_at),
+            printable(&e.kind),
+            printable(&e.payload)
         )?;
     }
     Ok(())
@@ -367,7 +380,7 @@ fn search(
             h.session_id,
             h.seq,
             h.kind,
-            h.title.as_deref().unwrap_or("(untitled)"),
+            printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;
     }
@@ -390,7 +403,7 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
         if h.highlights.iter().any(|r| r[0] == i) {
             out.push_str(open);
         }
-        out.push(if c == '\n' { ' ' } else { c });
+        push_printable(&mut out, if c == '\n' { ' ' } else { c });
         if h.highlights.iter().any(|r| r[1] == i + 1) {
             out.push_str(close);
         }

@@ -16,6 +16,30 @@ fn brain(db: &TempDb, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `brain` with `args`, which must exit by itself (a refusal): one still running after a
+/// generous deadline (say, serving when it should have refused) is killed and fails.
+fn brain_exits(db: &TempDb, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            Command::new("kill").args(["-9", &pid]).status().unwrap();
+            panic!("brain {args:?} did not exit");
+        }
+    }
+}
+
 fn stdout_ok(out: &Output) -> String {
     assert!(
         out.status.success(),
@@ -374,4 +398,97 @@ fn compact_goes_through_the_server_that_holds_the_database() {
     let other = brain::session::SessionId::generate();
     let (status, body) = call(&format!("/v1/sessions/{other}/compact"));
     assert_eq!((status, body["error"].as_str()), (404, Some("not_found")));
+}
+
+#[test]
+fn brain_alone_takes_serves_flags_because_serve_is_the_default_command() {
+    use std::io::{BufRead, BufReader};
+    let db = TempDb::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["--listen", "127.0.0.1:0", "--distill", "off"])
+        .args([
+            "--provider-url",
+            "http://127.0.0.1:9/v1",
+            "--sync",
+            "normal",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("brain serving http://127.0.0.1:")
+            && line.contains("provider http://127.0.0.1:9/v1"),
+        "{line:?}"
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    // Serve's checks apply; serve's flags do not go with another command.
+    let bad = brain(&db, &["--listen", "nowhere"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("for '--listen"));
+    let mixed = brain(&db, &["--listen", "127.0.0.1:0", "sessions", "list"]);
+    assert_eq!(mixed.status.code(), Some(2));
+    let typo = brain(&db, &["--listn", "127.0.0.1:0"]);
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("unexpected argument '--listn'"));
+}
+
+#[test]
+fn a_url_without_a_scheme_stops_startup_with_the_fix() {
+    let db = TempDb::new();
+    for args in [
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            "localhost:8091",
+        ][..],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            "localhost:8091",
+        ],
+        &["chat", "--provider-url", "localhost:8091"],
+        &["chat", "--url", "localhost:8091"],
+        &[
+            "sessions",
+            "compact",
+            "0192e4a0-7b1c-7d3e-8f00-123456789abc",
+            "--provider-url",
+            "localhost:8091",
+        ],
+    ] {
+        let out = brain(&db, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("did you mean http://localhost:8091?"),
+            "{args:?}: {err}"
+        );
+    }
+    let env = brain_exits(
+        &db,
+        &["serve"],
+        &[
+            ("BRAIN_PROVIDER_URL", "127.0.0.1:11434/v1"),
+            ("BRAIN_LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert_eq!(env.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&env.stderr).contains("did you mean http://127.0.0.1:11434/v1?")
+    );
+    assert!(!db.path().exists(), "refused before anything was opened");
 }

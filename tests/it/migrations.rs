@@ -179,3 +179,95 @@ fn sqlite_tables_and_columns_are_the_declared_ones() {
     );
     assert!(!cols.iter().any(|c| c.starts_with("refinery")), "{cols:?}");
 }
+
+fn brain_at(db: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn version_of(db: &TempDb) -> i64 {
+    schema::current_version(&db.raw()).unwrap()
+}
+
+/// Every command that only reads.
+const READ_ONLY_COMMANDS: [&[&str]; 5] = [
+    &["sessions", "list"],
+    &["sessions", "show", "0192e4a0-7b1c-7d3e-8f00-123456789abc"],
+    &["sessions", "search", "herons"],
+    &["sessions", "export", "--all"],
+    &["sessions", "export", "--all", "--format", "markdown"],
+];
+
+#[test]
+fn read_only_commands_leave_an_older_schema_as_it_is_and_suggest_migrate() {
+    let db = TempDb::new();
+    let older = schema::versions()[schema::versions().len() - 2];
+    schema::migrate_to(&mut db.raw(), Some(older)).unwrap();
+    for args in READ_ONLY_COMMANDS {
+        let out = brain_at(&db.path(), args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("older") && err.contains("brain migrate"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(version_of(&db), older, "{args:?} migrated the database");
+    }
+    // A backup copies the file as it is: the careful order is backup, then migrate.
+    let copy = db.dir.path().join("copy.db");
+    let out = brain_at(&db.path(), &["backup", copy.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(version_of(&db), older);
+    let copied = rusqlite::Connection::open(&copy).unwrap();
+    assert_eq!(schema::current_version(&copied).unwrap(), older);
+}
+
+#[test]
+fn read_only_commands_refuse_a_newer_schema() {
+    let db = TempDb::new();
+    drop(db.open());
+    let newer = mark_newer(&db);
+    let copy = db.dir.path().join("copy.db");
+    let backup: &[&str] = &["backup", copy.to_str().unwrap()];
+    for args in READ_ONLY_COMMANDS.into_iter().chain([backup]) {
+        let out = brain_at(&db.path(), args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("newer") && err.contains(&newer.to_string()),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!copy.exists());
+}
+
+#[test]
+fn read_only_commands_on_a_missing_database_do_not_create_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("nowhere").join("brain.db");
+    let copy = dir.path().join("copy.db");
+    let backup: &[&str] = &["backup", copy.to_str().unwrap()];
+    for args in READ_ONLY_COMMANDS.into_iter().chain([backup]) {
+        let out = brain_at(&db, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no database at"), "{args:?}: {err}");
+        assert!(
+            !db.parent().unwrap().exists(),
+            "{args:?} created a directory"
+        );
+    }
+    // Beside an existing directory: no file either.
+    let db = dir.path().join("brain.db");
+    let out = brain_at(&db, &["sessions", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!db.exists());
+}

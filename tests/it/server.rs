@@ -952,7 +952,7 @@ fn security_host_origin_token_and_public_listen() {
         .unwrap();
     assert_eq!(second.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&second.stderr).contains("already serves"),
+        String::from_utf8_lossy(&second.stderr).contains(&b.url),
         "{}",
         String::from_utf8_lossy(&second.stderr)
     );

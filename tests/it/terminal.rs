@@ -1,6 +1,7 @@
-//! The terminal: `brain chat` through a pipe (against a server, and in-process), export and
-//! import round trips, backups taken while appends go on, and write commands refused while
-//! a server holds the database.
+//! The terminal: `brain chat` through a pipe (against a server, and in-process), Ctrl-C,
+//! export and import round trips and their edges, backups taken while appends go on, the
+//! database's lock (servers, writers, in-process chat), and escape sequences in text.
+//! Every wait is on a condition (a line of output, a channel), never on a sleep.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
@@ -257,7 +258,7 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
     // Importing again changes nothing: the sessions exist.
     let again = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
     assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already in this database"));
     assert_eq!(
         copy.events(store.session_ids().unwrap()[0], 0, None)
             .unwrap()
@@ -317,6 +318,7 @@ fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
     let store = Arc::new(db.open());
     let id = store.create_session(None, String::new()).unwrap().id;
     let stop = Arc::new(AtomicBool::new(false));
+    let (under_way, appending) = std::sync::mpsc::channel();
     let writer = {
         let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -326,20 +328,23 @@ fn a_backup_taken_during_appends_opens_and_passes_the_integrity_check() {
                     .append(id, &user(&format!("message {n} {}", "x".repeat(2000))))
                     .unwrap();
                 n += 1;
+                if n == 10 {
+                    let _ = under_way.send(());
+                }
             }
             n
         })
     };
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Back up once the appends are under way (they go on meanwhile).
+    appending
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the writer appends");
     let target = db.dir.path().join("copy.db");
     let out = ok(&brain(&db, &["backup", target.to_str().unwrap()], ""));
     stop.store(true, Ordering::SeqCst);
     let written = writer.join().unwrap();
     assert!(out.contains("integrity ok"), "{out}");
-    assert!(
-        written > 10,
-        "appends went on during the backup ({written})"
-    );
+    assert!(written >= 10, "appends went on ({written})");
     let copy = Store::open(&target, StoreOptions::default()).unwrap();
     let seqs: Vec<u64> = copy
         .events(id, 0, None)
@@ -374,32 +379,19 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
         .write_all(b"wait forever [[mock {\"hang\": true}]]\n")
         .unwrap();
     stdin.flush().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = chat.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let out = Stdout::of(&mut chat);
     let interrupt = |pid: u32| {
         Command::new("kill")
             .args(["-INT", &pid.to_string()])
             .status()
             .unwrap();
     };
-    // Wait until the answer is under way, then Ctrl-C.
-    let banner = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
-    assert!(banner.starts_with("session "), "{banner}");
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // `assistant: ` is printed once the server has accepted the turn and its first frame
+    // arrived: the answer is under way. Then Ctrl-C.
+    let seen = out.until("assistant: ");
+    assert!(seen.starts_with("session "), "{seen}");
     interrupt(chat.id());
-    let mut seen = String::new();
-    while !seen.contains("[failed") {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("the answer ended after Ctrl-C");
-        seen.push_str(&line);
-        seen.push('\n');
-    }
+    out.until("[failed");
     // Still alive at the prompt; a second Ctrl-C leaves.
     assert!(chat.try_wait().unwrap().is_none());
     interrupt(chat.id());
@@ -408,4 +400,396 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
     drop(stdin);
     server.kill().unwrap();
     server.wait().unwrap();
+}
+
+/// A child's standard output as it arrives (partial lines included), to wait on.
+struct Stdout {
+    chunks: std::sync::mpsc::Receiver<String>,
+    seen: std::cell::RefCell<String>,
+}
+
+impl Stdout {
+    fn of(child: &mut Child) -> Stdout {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut buf) {
+                if tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Stdout {
+            chunks: rx,
+            seen: Default::default(),
+        }
+    }
+
+    /// Waits (generously) until the output so far contains `text`; returns all of it.
+    fn until(&self, text: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = self.seen.borrow_mut();
+        while !seen.contains(text) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => seen.push_str(&chunk),
+                Err(_) => panic!("no {text:?} in the output:\n{seen}"),
+            }
+        }
+        seen.clone()
+    }
+}
+
+fn lock_file(db: &TempDb) -> std::path::PathBuf {
+    let mut p = db.path().into_os_string();
+    p.push(".lock");
+    p.into()
+}
+
+/// Starts a server that must be refused at once; one that starts instead is killed.
+fn refused_serve(db: &TempDb, provider: &str) -> String {
+    let child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--provider-url",
+            provider,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            Command::new("kill").args(["-9", &pid]).status().unwrap();
+            panic!("a second server started on a held database");
+        }
+    };
+    assert_eq!(out.status.code(), Some(1), "the second server was refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_second_server_on_one_database_is_refused_naming_the_first() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut first, url) = serve(&db, &mock.url);
+    let err = refused_serve(&db, &mock.url);
+    assert!(err.contains(&url) && err.contains("holds"), "{err}");
+    server_stops(&mut first);
+    assert!(
+        !lock_file(&db).exists(),
+        "a clean exit removes the lock file"
+    );
+}
+
+fn server_stops(server: &mut Child) {
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
+}
+
+#[test]
+fn a_sigkilled_servers_lock_does_not_block_the_next_one() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (mut first, _) = serve(&db, &mock.url);
+    first.kill().unwrap(); // SIGKILL: the file stays, the kernel drops the lock
+    first.wait().unwrap();
+    assert!(lock_file(&db).exists());
+    let (mut second, url) = serve(&db, &mock.url);
+    let text = std::fs::read_to_string(lock_file(&db)).unwrap();
+    assert!(text.starts_with(&url), "the new server's URL: {text:?}");
+    server_stops(&mut second);
+}
+
+#[test]
+fn a_lock_file_naming_a_live_unrelated_pid_is_ignored() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    drop(db.open());
+    for pid in [1, std::process::id()] {
+        // The old format: a URL nobody serves, and a pid that is alive.
+        std::fs::write(lock_file(&db), format!("http://127.0.0.1:1\n{pid}\n")).unwrap();
+        let out = ok(&brain(
+            &db,
+            &["chat", "--provider-url", &mock.url],
+            "hello\n",
+        ));
+        assert!(
+            out.contains("in-process") && out.contains("to: hello"),
+            "{out}"
+        );
+        std::fs::write(lock_file(&db), format!("http://127.0.0.1:1\n{pid}\n")).unwrap();
+        let (mut server, _) = serve(&db, &mock.url);
+        server_stops(&mut server);
+    }
+}
+
+#[test]
+fn in_process_chat_holds_the_database_against_a_server_started_meanwhile() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["chat", "--provider-url", &mock.url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Stdout::of(&mut chat).until("in-process");
+    let err = refused_serve(&db, &mock.url);
+    assert!(
+        err.contains(&format!("brain chat, pid {}", chat.id())),
+        "{err}"
+    );
+    let migrate = brain(&db, &["migrate"], "");
+    assert_eq!(migrate.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&migrate.stderr).contains("brain chat, pid"));
+    // The chat leaves; the database is free again.
+    drop(chat.stdin.take());
+    assert!(chat.wait().unwrap().success());
+    let (mut server, _) = serve(&db, &mock.url);
+    server_stops(&mut server);
+}
+
+/// No byte that could drive a terminal: ESC, BEL, CR, C1 controls.
+fn assert_inert(out: &str) {
+    for bad in ['\x1b', '\x07', '\r', '\u{9b}', '\u{9d}'] {
+        assert!(!out.contains(bad), "{bad:?} reached the terminal:\n{out:?}");
+    }
+}
+
+#[test]
+fn terminal_escapes_in_model_and_user_text_are_shown_not_obeyed() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    // Split into 9 chunks: the sequences straddle chunk boundaries.
+    mock.script(serde_json::json!({
+        "kind": "stream",
+        "text": "look \x1b[2J\x1b]0;pwned\x07 and \u{9b}31m here\r",
+        "chunks": 9
+    }));
+    let out = ok(&brain(
+        &db,
+        &["chat", "--provider-url", &mock.url],
+        "hi \x1b[31mred\n",
+    ));
+    assert_inert(&out);
+    assert!(
+        out.contains("look ^[[2J^[]0;pwned^G and ^[[31m here"),
+        "{out}"
+    );
+    let store = db.open();
+    let id = store.session_ids().unwrap()[0];
+    store
+        .rename(id, "title \x1b]0;x\x1b\\".into(), TitledBy::User)
+        .unwrap();
+    drop(store);
+    let sid = id.to_string();
+    for args in [
+        &["sessions", "show", &sid][..],
+        &["sessions", "show", &sid, "--llm"],
+        &["sessions", "show", &sid, "--events"],
+        &["sessions", "list"],
+        &["sessions", "search", "look"],
+        &["sessions", "export", &sid, "--format", "markdown"],
+    ] {
+        let shown = ok(&brain(&db, args, ""));
+        assert_inert(&shown);
+        assert!(shown.contains("^["), "{args:?}: {shown}");
+    }
+    let resumed = ok(&brain(
+        &db,
+        &["chat", "--provider-url", &mock.url, "--session", &sid],
+        "",
+    ));
+    assert_inert(&resumed);
+    assert!(
+        resumed.contains("you: hi ^[[31mred") && resumed.contains("^[]0;pwned^G"),
+        "{resumed}"
+    );
+}
+
+fn export_all(db: &TempDb) -> String {
+    ok(&brain(db, &["sessions", "export", "--all"], ""))
+}
+
+fn import_file(db: &TempDb, name: &str, lines: &str) -> Output {
+    let file = db.dir.path().join(name);
+    std::fs::write(&file, lines).unwrap();
+    brain(db, &["sessions", "import", file.to_str().unwrap()], "")
+}
+
+#[test]
+fn export_keeps_a_pretty_printed_payload_byte_for_byte_on_one_line() {
+    let src = TempDb::new();
+    let store = src.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    let pretty = "{\n  \"z\": 1,\n  \"a\": [true, \"x\\ny\"]\r\n}";
+    src.raw()
+        .execute(
+            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+             VALUES (?1, 2, 9000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
+            rusqlite::params![id.to_string(), pretty],
+        )
+        .unwrap();
+    let out = export_all(&src);
+    assert_eq!(out.lines().count(), 2, "one event per line:\n{out}");
+    for line in out.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap();
+    }
+    let dst = TempDb::new();
+    ok(&import_file(&dst, "e.jsonl", &out));
+    let copy = dst.open();
+    assert_eq!(copy.events(id, 0, None).unwrap()[1].payload, pretty);
+    assert_eq!(
+        copy.events(id, 0, None).unwrap(),
+        store.events(id, 0, None).unwrap()
+    );
+}
+
+#[test]
+fn import_normalises_timestamps_and_refuses_what_is_not_one() {
+    let src = TempDb::new();
+    let store = src.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    store.append(id, &user("hello")).unwrap();
+    drop(store);
+    let out = export_all(&src);
+    let mut lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    lines[0]["created_at"] = "2026-11-30T06:17:26.5+02:00".into();
+    lines[1]["created_at"] = "2026-11-30T04:17:27Z".into();
+    let text = |lines: &[serde_json::Value]| {
+        lines
+            .iter()
+            .map(|l| l.to_string() + "\n")
+            .collect::<String>()
+    };
+    let dst = TempDb::new();
+    ok(&import_file(&dst, "ts.jsonl", &text(&lines)));
+    let events = dst.open().events(id, 0, None).unwrap();
+    assert_eq!(events[0].created_at, "2026-11-30T04:17:26.500000Z");
+    assert_eq!(events[1].created_at, "2026-11-30T04:17:27.000000Z");
+    let row = dst.open().session(id).unwrap();
+    assert_eq!(row.created_at, "2026-11-30T04:17:26.500000Z");
+
+    lines[1]["created_at"] = "yesterday".into();
+    let other = TempDb::new();
+    let refused = import_file(&other, "bad.jsonl", &text(&lines));
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("\"yesterday\" is not an RFC 3339 timestamp"),
+        "{err}"
+    );
+    assert!(other.open().session_ids().unwrap().is_empty());
+}
+
+#[test]
+fn import_refusals_name_the_line_and_blame_the_file() {
+    let src = TempDb::new();
+    varied(&src);
+    let out = export_all(&src);
+    let mut lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The second session's first line, made into something else.
+    let at = lines
+        .iter()
+        .position(|l| l["seq"] == 1 && l != &lines[0])
+        .unwrap();
+    lines[at]["kind"] = "user_message".into();
+    let text: String = lines.iter().map(|l| l.to_string() + "\n").collect();
+    let dst = TempDb::new();
+    let refused = import_file(&dst, "bad.jsonl", &text);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains(&format!("line {}", at + 1)) && err.contains("not session_started"),
+        "{err}"
+    );
+    assert!(!err.contains("the database holds"), "{err}");
+
+    // Importing a file twice: the line of the session already there.
+    ok(&import_file(&dst, "good.jsonl", &out));
+    let again = import_file(&dst, "good.jsonl", &out);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("line 1 ") && err.contains("already in this database"),
+        "{err}"
+    );
+    let missing = brain(&dst, &["sessions", "import", "/nonexistent/x.jsonl"], "");
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("cannot read /nonexistent/x.jsonl"), "{err}");
+}
+
+#[test]
+fn export_output_refuses_an_existing_file_and_always_the_database() {
+    let db = TempDb::new();
+    varied(&db);
+    let before = std::fs::read(db.path()).unwrap();
+    let existing = db.dir.path().join("existing.jsonl");
+    std::fs::write(&existing, "keep me").unwrap();
+    let export_to = |path: &std::path::Path, force: bool| {
+        let mut args = vec![
+            "sessions",
+            "export",
+            "--all",
+            "--output",
+            path.to_str().unwrap(),
+        ];
+        if force {
+            args.push("--force");
+        }
+        brain(&db, &args, "")
+    };
+    let refused = export_to(&existing, false);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    ok(&export_to(&existing, true));
+    assert!(
+        std::fs::read_to_string(&existing)
+            .unwrap()
+            .contains("session_started")
+    );
+
+    let link = db.dir.path().join("link.db");
+    std::os::unix::fs::symlink(db.path(), &link).unwrap();
+    let dotted = db.dir.path().join("sub").join("..").join("brain.db");
+    std::fs::create_dir(db.dir.path().join("sub")).unwrap();
+    let mut companions = vec![db.path(), link, dotted];
+    for suffix in ["-wal", "-shm", ".lock"] {
+        let mut p = db.path().into_os_string();
+        p.push(suffix);
+        companions.push(p.into());
+    }
+    for path in companions {
+        for force in [false, true] {
+            let refused = export_to(&path, force);
+            assert_eq!(refused.status.code(), Some(1), "{path:?}");
+            let err = String::from_utf8_lossy(&refused.stderr);
+            assert!(err.contains("the database"), "{path:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read(db.path()).unwrap(), before);
 }

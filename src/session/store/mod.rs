@@ -20,7 +20,7 @@ mod write;
 use std::path::{Path, PathBuf};
 
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, SearchHit, SearchQuery, SessionPage, Syntax};
@@ -42,6 +42,20 @@ pub enum StoreError {
          (up to version {supported}); run a newer brain"
     )]
     SchemaTooNew { found: i64, supported: i64 },
+    #[error(
+        "the database's schema (version {found}) is older than this brain's (version \
+         {supported}), and this command only reads: run `brain migrate` (with the same --db) \
+         to upgrade it first (stop a server running an older brain on it, and take a \
+         `brain backup` if you want a way back)"
+    )]
+    SchemaTooOld { found: i64, supported: i64 },
+    #[error(
+        "there is no database at {0} (nothing to read; `brain serve`, `brain chat` or \
+         `brain migrate` creates one, or pass --db PATH)"
+    )]
+    NoDatabase(PathBuf),
+    #[error("refused: this database was opened read-only")]
+    ReadOnly,
     #[error("bad search query: {0}")]
     BadQuery(String),
     #[error("the commit failed, nothing was written: {0}")]
@@ -113,9 +127,19 @@ pub struct SessionRow {
     pub updated_at: String,
 }
 
+/// Whether a read-only open accepts a schema older than this binary's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OlderSchema {
+    /// Refuse it: queries written for the current schema may not run on it.
+    Refuse,
+    /// Accept it: for commands that copy the file and read nothing (backup).
+    Accept,
+}
+
 /// The event log in one SQLite file.
 pub struct Store {
-    writer: lane::WriterLane,
+    /// `None` when opened read-only.
+    writer: Option<lane::WriterLane>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     clock: Clock,
     path: PathBuf,
@@ -135,16 +159,40 @@ impl Store {
         let sync = options.sync;
         let manager = SqliteConnectionManager::file(path)
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
-        let readers = r2d2::Pool::builder()
-            .max_size(options.readers.max(1))
-            .connection_timeout(config::READER_WAIT)
-            // A local file does not go stale like a network socket: skip the per-checkout
-            // `SELECT 1` health check (it cost a rare-word search ~40% over raw FTS5).
-            .test_on_check_out(false)
-            .build(manager)?;
         Ok(Store {
-            writer: lane::WriterLane::new(writer),
-            readers,
+            writer: Some(lane::WriterLane::new(writer)),
+            readers: reader_pool(manager, &options)?,
+            clock: options.clock,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing database for reading only: nothing is created, migrated or
+    /// written (every connection is `SQLITE_OPEN_READ_ONLY` and `query_only`), so a newer
+    /// brain's read-only commands never change a database an older server runs on. Refuses
+    /// a missing file, a schema newer than this binary and, unless `older` accepts it, an
+    /// older one (with the advice to run `brain migrate`). [`Store::write`] is refused.
+    pub fn open_read_only(path: &Path, options: StoreOptions, older: OlderSchema) -> Result<Store> {
+        if !path.is_file() {
+            return Err(StoreError::NoDatabase(path.to_owned()));
+        }
+        let conn = open_read_only_connection(path)?;
+        let found = schema::current_version(&conn)?;
+        let supported = schema::latest_version();
+        if found > supported {
+            return Err(StoreError::SchemaTooNew { found, supported });
+        }
+        if found < supported && older == OlderSchema::Refuse {
+            return Err(StoreError::SchemaTooOld { found, supported });
+        }
+        drop(conn);
+        let sync = options.sync;
+        let manager = SqliteConnectionManager::file(path)
+            .with_flags(read_only_flags())
+            .with_init(move |c| schema::apply_reader_pragmas(c, sync));
+        Ok(Store {
+            writer: None,
+            readers: reader_pool(manager, &options)?,
             clock: options.clock,
             path: path.to_owned(),
         })
@@ -165,8 +213,8 @@ impl Store {
     /// commit). If `f` fails, everything it wrote is rolled back and its error returned.
     /// Writers are served in arrival order. `f` must not call `write` itself.
     pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
-        self.writer
-            .write(|conn| f(&mut Writer::new(conn, &self.clock)))
+        let writer = self.writer.as_ref().ok_or(StoreError::ReadOnly)?;
+        writer.write(|conn| f(&mut Writer::new(conn, &self.clock)))
     }
 
     /// A consistent copy of the whole database at `target` (`VACUUM INTO`), taken while
@@ -175,19 +223,50 @@ impl Store {
         if target.exists() {
             return Err(StoreError::Refused("the backup file already exists"));
         }
-        // Its own connection: the pool's are query-only.
-        let conn = Connection::open(&self.path).map_err(|source| StoreError::Open {
-            path: self.path.clone(),
-            source,
-        })?;
-        conn.busy_timeout(config::BUSY_TIMEOUT)?;
+        // Its own connection: the pool's are query-only, which refuses VACUUM INTO. A
+        // read-only one copies the same and cannot change the source.
+        let conn = open_read_only_connection(&self.path)?;
         let target = target.to_string_lossy().into_owned();
         conn.execute("VACUUM INTO ?1", [target])?;
         Ok(())
+    }
+
+    /// Whether this store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
     }
 
     /// A reader connection from the pool.
     fn reader(&self) -> Result<r2d2::PooledConnection<SqliteConnectionManager>> {
         Ok(self.readers.get()?)
     }
+}
+
+fn reader_pool(
+    manager: SqliteConnectionManager,
+    options: &StoreOptions,
+) -> Result<r2d2::Pool<SqliteConnectionManager>> {
+    Ok(r2d2::Pool::builder()
+        .max_size(options.readers.max(1))
+        .connection_timeout(config::READER_WAIT)
+        // A local file does not go stale like a network socket: skip the per-checkout
+        // `SELECT 1` health check (it cost a rare-word search ~40% over raw FTS5).
+        .test_on_check_out(false)
+        .build(manager)?)
+}
+
+/// Opens an existing file without the right to change or create it.
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+fn open_read_only_connection(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, read_only_flags()).map_err(|source| {
+        StoreError::Open {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    conn.busy_timeout(config::BUSY_TIMEOUT)?;
+    Ok(conn)
 }

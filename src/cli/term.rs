@@ -1,0 +1,103 @@
+//! Text on its way to a terminal. Model and user text is untrusted: an escape sequence in
+//! it could clear the screen, retitle the window, rewrite what was printed before, or
+//! worse on some terminals. Every control character except newline and tab is shown in
+//! caret notation (`ESC` as `^[`, BEL as `^G`, DEL as `^?`, the C1 control U+009B as
+//! `^[[`), so a sequence becomes visible, inert text.
+//!
+//! Each character is handled on its own, with no state: streamed chunks can be passed
+//! through one by one even when a sequence is split between them.
+
+use std::borrow::Cow;
+
+/// `text` with every control character made visible (newlines and tabs kept, carriage
+/// returns dropped: `\r\n` is a line end, and a lone `\r` would let text overwrite the
+/// line before it).
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        push_printable(&mut out, c);
+    }
+    Cow::Owned(out)
+}
+
+/// Appends `c` to `out` as [`printable`] shows it.
+pub fn push_printable(out: &mut String, c: char) {
+    let code = u32::from(c);
+    match c {
+        '\n' | '\t' => out.push(c),
+        '\r' => {}
+        '\u{7f}' => out.push_str("^?"),
+        _ if code < 0x20 => {
+            out.push('^');
+            out.push(char::from_u32(code + 0x40).unwrap_or('?'));
+        }
+        // C1 controls are 8-bit forms of ESC + a letter: show them as that.
+        _ if (0x80..0xa0).contains(&code) => {
+            out.push_str("^[");
+            out.push(char::from_u32(code - 0x40).unwrap_or('?'));
+        }
+        _ => out.push(c),
+    }
+}
+
+fn is_escaped(c: char) -> bool {
+    let code = u32::from(c);
+    (code < 0x20 && c != '\n' && c != '\t') || (0x7f..0xa0).contains(&code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csi_sequences_become_visible_text() {
+        assert_eq!(printable("a\x1b[2Jb"), "a^[[2Jb");
+        assert_eq!(printable("\x1b[31mred\x1b[0m"), "^[[31mred^[[0m");
+    }
+
+    #[test]
+    fn osc_sequences_with_either_terminator_become_visible_text() {
+        assert_eq!(printable("\x1b]0;pwned\x07"), "^[]0;pwned^G");
+        assert_eq!(printable("\x1b]0;pwned\x1b\\"), "^[]0;pwned^[\\");
+        assert_eq!(
+            printable("\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\"),
+            "^[]8;;http://evil^[\\click^[]8;;^[\\"
+        );
+    }
+
+    #[test]
+    fn a_lone_escape_and_other_c0_controls_are_shown() {
+        assert_eq!(printable("\x1b"), "^[");
+        assert_eq!(printable("bell\x07 nul\x00 bs\x08"), "bell^G nul^@ bs^H");
+    }
+
+    #[test]
+    fn carriage_returns_are_dropped_so_a_line_cannot_overwrite_itself() {
+        assert_eq!(printable("safe\rEVIL"), "safeEVIL");
+        assert_eq!(printable("line one\r\nline two"), "line one\nline two");
+    }
+
+    #[test]
+    fn c1_controls_and_del_are_shown() {
+        assert_eq!(printable("\u{9b}2J"), "^[[2J");
+        assert_eq!(printable("\u{9d}0;x\u{9c}"), "^[]0;x^[\\");
+        assert_eq!(printable("del\u{7f}"), "del^?");
+    }
+
+    #[test]
+    fn newlines_tabs_and_other_text_are_kept_as_they_are() {
+        let text = "line\n\tindented — ünïcödé, 中文, emoji 🦩, NBSP\u{a0}here";
+        assert!(matches!(printable(text), Cow::Borrowed(t) if t == text));
+    }
+
+    #[test]
+    fn a_sequence_split_between_chunks_is_still_made_visible() {
+        let chunks = ["before \x1b", "[2J\x1b]0;pw", "ned\x07 after"];
+        let joined: String = chunks.iter().map(|c| printable(c)).collect();
+        assert_eq!(joined, printable(&chunks.concat()));
+        assert!(!joined.contains('\x1b') && !joined.contains('\x07'));
+    }
+}
