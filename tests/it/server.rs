@@ -587,6 +587,22 @@ fn forty_hostile_requests_get_the_specs_codes_and_the_server_stays_healthy() {
             400,
             "bad_request",
         ),
+        (
+            req(
+                &format!("GET {s}/events?after_seq=9223372036854775808 HTTP/1.1"),
+                "",
+            ),
+            400,
+            "bad_request",
+        ),
+        (
+            req(
+                &format!("GET {s}?before_seq=18446744073709551615 HTTP/1.1"),
+                "",
+            ),
+            400,
+            "bad_request",
+        ),
         (req("GET /v1/search HTTP/1.1", ""), 400, "bad_query"),
         (
             req("GET /v1/search?q=%20%20 HTTP/1.1", ""),
