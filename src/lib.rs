@@ -12,11 +12,13 @@
 //!   the events.
 //! - [`tokens`]: the token estimate (tiktoken o200k_base), cached by content.
 //! - [`session::compactor`]: incremental compaction: `plan` (pure) and its runner.
-//! - [`chat`]: where sessions meet the provider (so far: the provider as summarizer).
+//! - [`chat`]: the turn engine: attempts, frames, post-turn work, compaction by hand.
+//! - [`api`]: the HTTP server: connections under deadlines and a cap, routes, SSE.
 //! - [`provider`]: the OpenAI-compatible client, SSE parser and model listing; knows
 //!   nothing of sessions.
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
 //! - [`config`]: named limits and defaults.
+//! - [`logging`]: the log (levels, timestamps, `RUST_LOG`).
 //! - [`cli`]: the command line (raw arguments) and what each command does.
 //!
 //! The binary (`src/main.rs`) only parses arguments, runs a command and maps errors to an
