@@ -55,7 +55,10 @@ pub const EVICT_MIN_IDLE_MS: u64 = 100;
 
 /// A write blocked this long means a client that is not reading: at the cap, its
 /// connection may be closed to make room (a stream's attempt goes on, I8).
-pub const EVICT_STALLED_WRITE_MS: u64 = 1000;
+pub const EVICT_STALLED_WRITE_MS: u64 = 500;
+
+/// How often a newcomer waiting for room looks again.
+const ROOM_POLL: Duration = Duration::from_millis(20);
 
 /// How many closed-to-make-room connections may still hold their descriptor (their
 /// threads not yet gone) before newcomers are refused: the cap bounds descriptors too.
@@ -144,10 +147,11 @@ impl Connections {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        let now = self.now_ms();
-        let live = slots.values().filter(|s| s.state() != EVICTED).count();
-        if slots.len() >= self.cap + EVICTED_SLACK || (live >= self.cap && !evict_one(&slots, now))
-        {
+        if slots.len() >= self.cap + EVICTED_SLACK {
+            return Err(stream);
+        }
+        let (mut slots, room) = self.make_room(slots);
+        if !room {
             return Err(stream);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -158,6 +162,33 @@ impl Connections {
         });
         slots.insert(id, Arc::clone(&slot));
         Ok((id, slot))
+    }
+
+    /// Closes one connection to make room; when none may be closed yet but one is inside
+    /// a write, waits (up to [`EVICT_STALLED_WRITE_MS`]) for that write to count as stalled
+    /// or for a connection to end, so a newcomer is refused only when every connection is
+    /// being answered promptly.
+    fn make_room<'a>(
+        &'a self,
+        mut slots: MutexGuard<'a, HashMap<u64, Arc<Slot>>>,
+    ) -> (MutexGuard<'a, HashMap<u64, Arc<Slot>>>, bool) {
+        let until = Instant::now() + Duration::from_millis(EVICT_STALLED_WRITE_MS);
+        loop {
+            let live = slots.values().filter(|s| s.state() != EVICTED).count();
+            if live < self.cap || evict_one(&slots, self.now_ms()) {
+                return (slots, true);
+            }
+            let writing = slots.values().any(|s| s.state() == WRITING);
+            let left = until.saturating_duration_since(Instant::now());
+            if !writing || left.is_zero() {
+                return (slots, false);
+            }
+            slots = self
+                .gone
+                .wait_timeout(slots, left.min(ROOM_POLL))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 
     fn remove(&self, id: u64) {

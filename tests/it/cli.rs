@@ -313,21 +313,7 @@ struct Served(std::process::Child, String);
 
 impl Served {
     fn start(db: &TempDb, provider: &str) -> Served {
-        use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-            .arg("--db")
-            .arg(db.path())
-            .args(["serve", "--listen", "127.0.0.1:0", "--distill", "off"])
-            .args(["--provider-url", provider])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.split_whitespace().nth(2).unwrap().to_owned();
+        let (child, url) = spawn_serve(&mut serve_command(db, provider));
         Served(child, url)
     }
 }

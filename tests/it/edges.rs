@@ -711,30 +711,12 @@ fn running_out_of_file_descriptors_never_silences_the_listener() {
     let mock = MockLlm::start(&[]);
     let db = TempDb::new();
     let brain = env!("CARGO_BIN_EXE_brain");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 256 && exec {brain} --db {} --sync normal serve --listen 127.0.0.1:0 \
-             --distill off --provider-url {}",
-            db.path().display(),
-            mock.url
-        ))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line.split_whitespace().nth(2).unwrap().to_owned();
-    let b = Brain {
-        addr: url.trim_start_matches("http://").to_owned(),
-        url,
-        child,
-    };
+    let b = Brain::spawn(Command::new("sh").arg("-c").arg(format!(
+        "ulimit -n 256 && exec {brain} --db {} --sync normal serve --listen 127.0.0.1:0 \
+         --distill off --provider-url {}",
+        db.path().display(),
+        mock.url
+    )));
     // 400 connections against 256 descriptors: some are refused or closed, none may kill
     // the listener.
     let mut held = Vec::new();
@@ -757,23 +739,10 @@ fn running_out_of_file_descriptors_never_silences_the_listener() {
 fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
     let mock = MockLlm::start(&[]);
     let db = TempDb::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .args(["serve", "--listen", "127.0.0.1:0", "--distill", "off"])
-        .args(["--provider-url", &mock.url])
-        .env("RUST_LOG", "debug")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line.split_whitespace().nth(2).unwrap().to_owned();
+    let mut cmd = serve_command(&db, &mock.url);
+    cmd.env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped());
+    let (mut child, url) = spawn_serve(&mut cmd);
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {

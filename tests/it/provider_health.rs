@@ -3,8 +3,7 @@
 //! budget, and the model listing is fetched once at a time, outside any lock, with failures
 //! remembered briefly. Against `brain serve` as a real process and `mock_llm`'s faults.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use brain::provider::{
@@ -12,7 +11,7 @@ use brain::provider::{
 };
 use serde_json::{Value, json};
 
-use crate::support::{MockLlm, TempDb};
+use crate::support::{MockLlm, TempDb, serve_command, spawn_serve};
 
 fn ask(text: &str) -> ChatRequest {
     ChatRequest {
@@ -43,24 +42,7 @@ struct Serve {
 
 impl Serve {
     fn start(db: &TempDb, provider: &str) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-            .arg("--db")
-            .arg(db.path())
-            .args(["--sync", "normal", "serve", "--listen", "127.0.0.1:0"])
-            .args(["--distill", "off", "--provider-url", provider])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start brain serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (child, url) = spawn_serve(&mut serve_command(db, provider));
         Serve { child, url }
     }
 

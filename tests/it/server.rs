@@ -1,9 +1,9 @@
 //! `brain serve` as a real process on 127.0.0.1: the API surface, hostile requests,
 //! streaming, security, and real process deaths (SIGKILL, SIGTERM).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use brain::clock::Clock;
@@ -22,33 +22,14 @@ pub struct Brain {
 
 impl Brain {
     pub fn start(db: &TempDb, provider: &str, extra: &[&str]) -> Brain {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-            .arg("--db")
-            .arg(db.path())
-            .args([
-                "--sync",
-                "normal",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--distill",
-                "off",
-            ])
-            .args(["--provider-url", provider, "--stream-idle-timeout", "5"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start brain serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .nth(2)
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let mut cmd = serve_command(db, provider);
+        cmd.args(["--stream-idle-timeout", "5"]).args(extra);
+        Brain::spawn(&mut cmd)
+    }
+
+    /// Any command that starts a server (its banner gives the URL).
+    pub fn spawn(cmd: &mut Command) -> Brain {
+        let (child, url) = spawn_serve(cmd);
         let addr = url.trim_start_matches("http://").to_owned();
         Brain { child, url, addr }
     }

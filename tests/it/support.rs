@@ -271,3 +271,35 @@ pub fn run_this_test(name: &str, env: &[(&str, Option<&str>)]) -> (bool, String)
     );
     (out.status.success(), text)
 }
+
+/// `brain --db DB --sync normal serve --listen 127.0.0.1:0 --distill off --provider-url P`,
+/// its standard error discarded; add arguments or settings before [`spawn_serve`].
+pub fn serve_command(db: &TempDb, provider: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brain"));
+    cmd.arg("--db")
+        .arg(db.path())
+        .args(["--sync", "normal", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--distill", "off", "--provider-url", provider])
+        .stderr(std::process::Stdio::null());
+    cmd
+}
+
+/// Starts a server command and reads its banner (`brain serving URL …`): the child and
+/// its URL.
+pub fn spawn_serve(cmd: &mut std::process::Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start brain serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("banner");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    (child, url)
+}

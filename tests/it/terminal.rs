@@ -3,7 +3,7 @@
 //! database's lock (servers, writers, in-process chat), and escape sequences in text.
 //! Every wait is on a condition (a line of output, a channel), never on a sleep.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,28 +44,7 @@ fn ok(out: &Output) -> String {
 }
 
 fn serve(db: &TempDb, provider: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--distill",
-            "off",
-            "--provider-url",
-            provider,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.split_whitespace().nth(2).unwrap().to_owned();
-    (child, url)
+    spawn_serve(&mut serve_command(db, provider))
 }
 
 #[test]

@@ -2,8 +2,7 @@
 //! attempt's checkpoints are one `streaming` item, and the same attempt is an `assistant`
 //! item once it completes.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -18,24 +17,7 @@ struct Server {
 
 impl Server {
     fn start(db: &TempDb, provider: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-            .arg("--db")
-            .arg(db.path())
-            .args(["--sync", "normal", "serve", "--listen", "127.0.0.1:0"])
-            .args(["--distill", "off", "--provider-url", provider])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start brain serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let url = line
-            .split_whitespace()
-            .nth(2)
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
+        let (child, url) = spawn_serve(&mut serve_command(db, provider));
         Server { child, url }
     }
 
