@@ -221,10 +221,30 @@ pub fn clean_title(reply: &str) -> Option<String> {
     let line = line
         .trim_matches(['"', '\'', '*', '`', ' '])
         .trim_end_matches(['.', '!', ':']);
+    // A title is shown everywhere (lists, terminals, the page): no control or invisible
+    // formatting characters from the model make it into the log.
+    let line: String = line
+        .chars()
+        .map(|c| {
+            if c.is_control() || is_format(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
     let words: Vec<&str> = line.split_whitespace().take(TITLE_MAX_WORDS).collect();
     let title: String = words.join(" ").chars().take(TITLE_MAX_CHARS).collect();
     let title = title.trim().to_owned();
     (!title.is_empty()).then_some(title)
+}
+
+/// Invisible formatting characters (bidirectional controls, zero-width ones, the BOM).
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+    )
 }
 
 fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
@@ -268,6 +288,14 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn titles_lose_control_and_invisible_characters() {
+        assert_eq!(
+            clean_title("Re\u{1b}[2Jset \u{202e}the\u{200b} plan\u{9b}"),
+            Some("Re [2Jset the plan".into())
+        );
+    }
 
     #[test]
     fn titles_are_cleaned_and_bounded() {

@@ -178,7 +178,19 @@ fn parse_http_url(s: &str) -> Result<String, String> {
         });
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    if authority.contains('@') {
+        // A password in the URL would be shown in the banner, sent in every `end` frame
+        // and stored in every answer's `provider`: keys belong in a variable.
+        return Err(format!(
+            "{text:?} carries credentials; put the key in an environment variable and name              it with --api-key-env instead"
+        ));
+    }
+    if text.contains(['?', '#']) {
+        return Err(format!(
+            "{text:?} has a query or fragment; give the API base only (like              http://127.0.0.1:8080/v1)"
+        ));
+    }
+    let host_port = authority;
     // `[::1]:8080`, `host:8080` or `host`: whatever follows the host's last `:` is a port.
     let port = match host_port.rfind(']') {
         Some(end) => host_port[end + 1..].strip_prefix(':'),
@@ -421,6 +433,13 @@ mod tests {
                 .contains("not an http")
         );
         assert!(parse_http_url("http://").is_err());
+        assert!(
+            parse_http_url("http://u:s3cret@127.0.0.1:9/v1")
+                .unwrap_err()
+                .contains("--api-key-env")
+        );
+        assert!(parse_http_url("http://h/v1?x=1").is_err());
+        assert!(parse_http_url("http://h/v1#frag").is_err());
         assert!(parse_http_url("http:///v1").is_err());
         assert!(parse_http_url("http://host:notaport/v1").is_err());
         for ok in [

@@ -15,6 +15,13 @@ use super::lock::{DbLock, Holder, LockError};
 use super::term::printable;
 use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
+
+/// How long `brain chat` waits to reach the server and hand it a request.
+const SERVER_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long `brain chat` waits for the server's answer to begin (a stream's head comes at
+/// once; a stopped or wedged server never sends one).
+const SERVER_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::provider::Provider;
 use crate::session::projection::ui_transcript;
 use crate::session::{SessionId, Store, SyncMode};
@@ -44,8 +51,13 @@ struct Http {
 
 impl Http {
     fn new(url: &str, token: Option<String>) -> Http {
+        // A server that accepts and then says nothing (stopped, wedged) is given up on
+        // rather than waited for forever; a stream itself may be long (pings every 15 s).
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .timeout_connect(Some(SERVER_CONNECT_TIMEOUT))
+            .timeout_send_request(Some(SERVER_CONNECT_TIMEOUT))
+            .timeout_recv_response(Some(SERVER_ANSWER_TIMEOUT))
             .build()
             .new_agent();
         Http {

@@ -8,7 +8,14 @@
 //! `brain chat` (the owner's URL), never evidence that anybody holds it.
 //!
 //! The file: line 1 the owner's URL (empty until a server has bound its socket), line 2 who
-//! holds it (`brain serve, pid 1234`). It is removed by its owner on a clean exit.
+//! holds it (`brain serve, pid 1234`). It is removed by its owner on a clean exit. It is
+//! opened without following a symlink and must be a regular file, so a link planted there
+//! cannot make brain write through it.
+//!
+//! On Unix the database file itself is locked too (`flock`, which SQLite's own `fcntl`
+//! locks do not see): the lock file is named after the path as given, so a symlink or
+//! hard link to the same database, or a lock file deleted by hand, would otherwise let a
+//! second writer in.
 
 use std::fs::{File, OpenOptions};
 
@@ -31,6 +38,8 @@ pub fn lock_path(db: &Path) -> PathBuf {
 #[derive(Debug)]
 pub struct DbLock {
     file: File,
+    /// The database file, locked too (Unix), for as long as the note is.
+    _database: Option<File>,
     path: PathBuf,
     who: String,
 }
@@ -91,13 +100,7 @@ impl DbLock {
             source,
         };
         for _ in 0..LOCK_REOPEN_ATTEMPTS {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(io)?;
+            let file = open_note(&path).map_err(io)?;
             // Named in full: from Rust 1.89 std has an inherent `File::try_lock` too.
             match fs4::FileExt::try_lock(&file) {
                 Ok(()) => {}
@@ -114,8 +117,20 @@ impl DbLock {
                 // Its owner removed it after we opened it: that inode locks nothing.
                 continue;
             }
+            let database = match lock_database(db, &path, &file) {
+                Ok(d) => d,
+                Err(e) => {
+                    // The note we made for nothing (we hold its lock, so it is still empty
+                    // and ours) is not left behind.
+                    if file.metadata().is_ok_and(|m| m.len() == 0) && still_at(&file, &path) {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Err(e);
+                }
+            };
             let mut lock = DbLock {
                 file,
+                _database: database,
                 path: path.clone(),
                 who: format!("brain {command}, pid {}", std::process::id()),
             };
@@ -156,11 +171,90 @@ impl Drop for DbLock {
     fn drop(&mut self) {
         // Removed while still locked: whoever opened it meanwhile sees, once it gets the
         // lock, that the path no longer leads to this file, and opens a new one.
+        // Only if the path still names our file: one deleted by hand and made again by
+        // another process is not ours to remove.
         #[cfg(unix)]
-        let _ = std::fs::remove_file(&self.path);
+        if still_at(&self.file, &self.path) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         #[cfg(not(unix))]
         let _ = self.file.set_len(0);
     }
+}
+
+/// Opens (or creates) the lock file: never through a symlink, and only a regular file.
+fn open_note(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path).map_err(|e| {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            std::io::Error::other("it is a symbolic link; remove it")
+        } else {
+            e
+        }
+    })?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file; remove it"));
+    }
+    Ok(file)
+}
+
+/// Locks the database file itself (Unix; created empty if missing, as SQLite would), so
+/// every path to it, and a removed lock file, meet the same lock.
+#[cfg(unix)]
+fn lock_database(db: &Path, lock: &Path, note: &File) -> Result<Option<File>, LockError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(db)
+        .map_err(|source| LockError::Io {
+            lock: db.to_owned(),
+            source,
+        })?;
+    match fs4::FileExt::try_lock(&file) {
+        Ok(()) => Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => {
+            // The holder's note sits beside the database's real path, if it came that way.
+            let mut holder = read_holder(note);
+            if holder == Holder::default() {
+                if let Some(real) = std::fs::canonicalize(db)
+                    .ok()
+                    .and_then(|real| File::open(lock_path(&real)).ok())
+                {
+                    holder = read_holder(&real);
+                }
+            }
+            if holder == Holder::default() {
+                holder.who = Some(
+                    "another brain process (through another path to the database, or                      after its lock file was removed)"
+                        .into(),
+                );
+            }
+            Err(LockError::Held {
+                db: db.to_owned(),
+                lock: lock.to_owned(),
+                holder,
+            })
+        }
+        Err(TryLockError::Error(source)) => Err(LockError::Io {
+            lock: db.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Elsewhere the database file is not locked: Windows' byte-range locks would stop
+/// SQLite's own connections.
+#[cfg(not(unix))]
+fn lock_database(_db: &Path, _lock: &Path, _note: &File) -> Result<Option<File>, LockError> {
+    Ok(None)
 }
 
 /// Whether `path` still names the file `file` has open.
@@ -238,5 +332,68 @@ mod tests {
         let lock = DbLock::acquire(&db, "serve").unwrap();
         let text = std::fs::read_to_string(lock.path()).unwrap();
         assert!(text.starts_with("\nbrain serve, pid "), "{text:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn another_path_to_the_same_database_meets_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let mut first = DbLock::acquire(&db, "serve").unwrap();
+        first.set_url("http://127.0.0.1:9").unwrap();
+        let alias = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(&db, &alias).unwrap();
+        let hard = dir.path().join("hard.db");
+        std::fs::hard_link(&db, &hard).unwrap();
+        for other in [&alias, &hard] {
+            match DbLock::acquire(other, "serve") {
+                Err(LockError::Held { .. }) => {}
+                other => panic!("a second writer through {other:?}"),
+            }
+        }
+        match DbLock::acquire(&alias, "serve") {
+            Err(LockError::Held { holder, .. }) => {
+                assert_eq!(holder.url.as_deref(), Some("http://127.0.0.1:9"), "named");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            !lock_path(&alias).exists(),
+            "no empty note left beside the alias"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_lock_file_deleted_by_hand_lets_no_second_writer_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let first = DbLock::acquire(&db, "serve").unwrap();
+        std::fs::remove_file(lock_path(&db)).unwrap();
+        assert!(matches!(
+            DbLock::acquire(&db, "migrate"),
+            Err(LockError::Held { .. })
+        ));
+        // A note made meanwhile by someone else is not the first holder's to remove.
+        std::fs::write(lock_path(&db), "someone else's").unwrap();
+        drop(first);
+        assert!(lock_path(&db).exists());
+        assert!(DbLock::acquire(&db, "serve").is_ok(), "free once dropped");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_planted_as_the_lock_file_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, lock_path(&db)).unwrap();
+        let e = DbLock::acquire(&db, "migrate").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        std::fs::create_dir(dir.path().join("d.db.lock")).unwrap();
+        let e = DbLock::acquire(&dir.path().join("d.db"), "migrate").unwrap_err();
+        assert!(e.to_string().contains("lock"), "{e}");
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::term::{printable, push_printable};
+use super::term::{json_text, printable, push_printable};
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::compact::CompactReport;
@@ -142,7 +142,7 @@ fn list(
     }
     if as_json {
         let all: Vec<Value> = rows.iter().map(session_json).collect();
-        writeln!(out, "{}", Value::Array(all))?;
+        writeln!(out, "{}", json_text(&Value::Array(all)))?;
         return Ok(());
     }
     for s in &rows {
@@ -187,7 +187,7 @@ fn show_transcript(
         writeln!(
             out,
             "{}",
-            json!({"session": session_json(&session), "items": items})
+            json_text(&json!({"session": session_json(&session), "items": items}))
         )?;
         return Ok(());
     }
@@ -303,8 +303,10 @@ fn show_llm(
         writeln!(
             out,
             "{}",
-            json!({"system": ctx.system, "system_tokens": tokens.system,
+            json_text(
+                &json!({"system": ctx.system, "system_tokens": tokens.system,
                    "messages": messages, "tokens": tokens.total})
+            )
         )?;
         return Ok(());
     }
@@ -343,7 +345,11 @@ fn show_events(
         let events: Vec<Value> = events.iter().map(views::event).collect();
         let mut s = session_json(&session);
         s["system"] = json!(session.system);
-        writeln!(out, "{}", json!({"session": s, "events": events}))?;
+        writeln!(
+            out,
+            "{}",
+            json_text(&json!({"session": s, "events": events}))
+        )?;
         return Ok(());
     }
     session_header(&session, out)?;
@@ -369,7 +375,7 @@ fn search(
     let hits = store.search(q)?;
     if as_json {
         let all: Vec<Value> = hits.iter().map(views::hit).collect();
-        writeln!(out, "{}", json!({"hits": all}))?;
+        writeln!(out, "{}", json_text(&json!({"hits": all})))?;
         return Ok(());
     }
     let bold = std::io::stdout().is_terminal();

@@ -39,13 +39,42 @@ pub fn push_printable(out: &mut String, c: char) {
             out.push_str("^[");
             out.push(char::from_u32(code - 0x40).unwrap_or('?'));
         }
+        _ if is_bidi(c) => out.push_str(&format!("<U+{code:04X}>")),
         _ => out.push(c),
     }
 }
 
 fn is_escaped(c: char) -> bool {
     let code = u32::from(c);
-    (code < 0x20 && c != '\n' && c != '\t') || (0x7f..0xa0).contains(&code)
+    (code < 0x20 && c != '\n' && c != '\t') || (0x7f..0xa0).contains(&code) || is_bidi(c)
+}
+
+/// Bidirectional controls: invisible, they reorder what a terminal shows (a "Trojan
+/// Source" line reads differently from what it is). Shown as `<U+202E>`.
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// JSON text for a terminal: what serde_json leaves raw inside strings (DEL, the C1
+/// controls, bidirectional controls) written as `\uXXXX` escapes, which decode to the
+/// same value, so `--json` output stays exact and inert.
+pub fn json_text(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    if !text
+        .chars()
+        .any(|c| (0x7f..0xa0).contains(&u32::from(c)) || is_bidi(c))
+    {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if (0x7f..0xa0).contains(&u32::from(c)) || is_bidi(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -85,6 +114,25 @@ mod tests {
         assert_eq!(printable("\u{9b}2J"), "^[[2J");
         assert_eq!(printable("\u{9d}0;x\u{9c}"), "^[]0;x^[\\");
         assert_eq!(printable("del\u{7f}"), "del^?");
+    }
+
+    #[test]
+    fn bidirectional_controls_are_shown() {
+        assert_eq!(
+            printable("access\u{202e}nimda\u{2066}x\u{2069}"),
+            "access<U+202E>nimda<U+2066>x<U+2069>"
+        );
+    }
+
+    #[test]
+    fn json_for_a_terminal_escapes_what_serde_leaves_raw_and_decodes_the_same() {
+        let v = serde_json::json!({"t": "a\u{9b}2J\u{202e}b\u{7f}\u{1b}c"});
+        let text = json_text(&v);
+        assert!(
+            !text.chars().any(|c| c.is_control() || is_bidi(c)),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), v);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -123,10 +123,14 @@ fn sessions(store: &Store, which: &Which) -> Result<Vec<SessionId>, CliError> {
 pub fn export_jsonl(store: &Store, which: &Which, out: &mut dyn Write) -> Result<(), CliError> {
     for id in sessions(store, which)? {
         for e in store.events(id, 0, None)? {
+            // Embedded only when the JSON text round-trips to the same bytes (RawValue trims
+            // surrounding whitespace); anything else travels as `payload_text`.
             let embedded = if e.payload.contains(['\n', '\r']) {
                 None
             } else {
-                serde_json::from_str::<&RawValue>(&e.payload).ok()
+                serde_json::from_str::<&RawValue>(&e.payload)
+                    .ok()
+                    .filter(|raw| raw.get() == e.payload)
             };
             let line = Line {
                 session_id: id.to_string(),
@@ -215,6 +219,10 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
+/// The longest line an import reads: an event's payload (an answer may be up to
+/// `MAX_ANSWER_BYTES`) with room for its JSON escaping.
+pub const MAX_IMPORT_LINE_BYTES: usize = 4 * crate::config::MAX_ANSWER_BYTES;
+
 /// One session read from an export.
 pub struct ImportedSession {
     /// The line of its first event, named when the session as a whole is refused.
@@ -228,17 +236,32 @@ pub struct ImportedSession {
 pub fn read_jsonl(
     input: &mut dyn BufRead,
 ) -> Result<BTreeMap<SessionId, ImportedSession>, CliError> {
+    read_jsonl_within(input, MAX_IMPORT_LINE_BYTES)
+}
+
+fn read_jsonl_within(
+    input: &mut dyn BufRead,
+    max_line_bytes: usize,
+) -> Result<BTreeMap<SessionId, ImportedSession>, CliError> {
     let mut sessions: BTreeMap<SessionId, ImportedSession> = BTreeMap::new();
     let mut text = String::new();
     let mut n = 0usize;
     loop {
         text.clear();
         n += 1;
-        let read = input
+        // A line is read no further than the limit: a file that lies about its size
+        // cannot make the import hold gigabytes.
+        let read = Read::take(&mut *input, max_line_bytes as u64 + 1)
             .read_line(&mut text)
             .map_err(|e| CliError::Import(n, e.to_string()))?;
         if read == 0 {
             break;
+        }
+        if read > max_line_bytes {
+            return Err(CliError::Import(
+                n,
+                format!("the line is longer than {max_line_bytes} bytes"),
+            ));
         }
         if text.trim().is_empty() {
             continue;
@@ -257,6 +280,11 @@ pub fn read_jsonl(
         if event.seq == 1 {
             check_start(&event)
                 .map_err(|why| CliError::Import(n, format!("session {id}: {why}")))?;
+        } else if event.kind == crate::session::events::kind::SESSION_STARTED {
+            return Err(CliError::Import(
+                n,
+                format!("session {id} starts a second time at seq {}", event.seq),
+            ));
         }
         session.events.push(event);
     }
@@ -351,6 +379,20 @@ mod tests {
     use super::*;
 
     const ID: &str = "0192e4a0-7b1c-7d3e-8f00-123456789abc";
+
+    #[test]
+    fn a_line_past_the_limit_is_refused_by_number_without_reading_it_all() {
+        let first = format!(
+            r#"{{"session_id":"{ID}","seq":1,"kind":"session_started","payload":{{"system":"s"}},"created_at":"2026-11-30T04:17:26.000000Z"}}"#
+        );
+        let huge = "x".repeat(10_000);
+        let text = format!("{first}\n{huge}\n");
+        let e = read_jsonl_within(&mut text.as_bytes(), 1000).err().unwrap();
+        assert!(
+            matches!(&e, CliError::Import(2, why) if why.contains("longer than 1000")),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_line_keeps_its_payload_text_and_normalises_its_timestamp() {

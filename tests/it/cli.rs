@@ -478,3 +478,59 @@ fn a_url_without_a_scheme_stops_startup_with_the_fix() {
     );
     assert!(!db.path().exists(), "refused before anything was opened");
 }
+
+#[test]
+fn export_then_import_keeps_payloads_with_surrounding_whitespace_byte_for_byte() {
+    let db = TempDb::new();
+    let file = db.dir.path().join("in.jsonl");
+    let id = "0192e4a0-7b1c-7d3e-8f00-123456789abc";
+    let lines = [
+        format!(
+            r#"{{"session_id":"{id}","seq":1,"kind":"session_started","payload":{{"system":"s"}},"created_at":"2026-11-30T04:17:26.000000Z"}}"#
+        ),
+        format!(
+            r#"{{"session_id":"{id}","seq":2,"kind":"user_message","payload_text":"{{\"text\":\"x\"}}   ","created_at":"2026-11-30T04:17:27.000000Z"}}"#
+        ),
+        format!(
+            r#"{{"session_id":"{id}","seq":3,"kind":"user_message","payload_text":"  {{\"text\":\"lead\"}}","created_at":"2026-11-30T04:17:28.000000Z"}}"#
+        ),
+    ];
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    stdout_ok(&brain(&db, &["sessions", "import", file.to_str().unwrap()]));
+    let exported = stdout_ok(&brain(&db, &["sessions", "export", id]));
+    let again = TempDb::new();
+    let file2 = again.dir.path().join("again.jsonl");
+    std::fs::write(&file2, &exported).unwrap();
+    stdout_ok(&brain(
+        &again,
+        &["sessions", "import", file2.to_str().unwrap()],
+    ));
+    let payloads = |db: &TempDb| -> Vec<String> {
+        let conn = db.raw();
+        let mut q = conn
+            .prepare("SELECT payload FROM session_events ORDER BY seq")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(payloads(&db), payloads(&again));
+    assert_eq!(payloads(&again)[1], "{\"text\":\"x\"}   ");
+    assert_eq!(payloads(&again)[2], "  {\"text\":\"lead\"}");
+
+    // A second session_started inside a session is refused, naming its line.
+    let bad = db.dir.path().join("bad.jsonl");
+    let restart = lines[0].replace(r#""seq":1"#, r#""seq":2"#);
+    std::fs::write(&bad, format!("{}\n{restart}\n", lines[0])).unwrap();
+    let out = brain(
+        &TempDb::new(),
+        &["sessions", "import", bad.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("second time"),
+        "{err}"
+    );
+}
