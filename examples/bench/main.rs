@@ -8,10 +8,12 @@
 //! cargo run --release --example bench -- cost [TURNS]               # cache reuse vs naive
 //! cargo run --release --example bench -- footprint                  # size, start, RSS
 //! cargo run --release --example bench -- http                       # wrk on two routes
+//! cargo run --release --example bench -- local URL [serve flags]     # a small local model
 //! ```
 
 mod footprint;
 mod http;
+mod local;
 mod projection;
 mod store;
 mod support;
@@ -29,8 +31,9 @@ fn main() -> ExitCode {
         Some("cost") => turns::cost(rest),
         Some("footprint") => footprint::run(),
         Some("http") => http::run(),
+        Some("local") => local::run(rest),
         _ => {
-            eprintln!("usage: bench store|projection|first-token|cost|footprint|http [args]");
+            eprintln!("usage: bench store|projection|first-token|cost|footprint|http|local [args]");
             return ExitCode::from(2);
         }
     };
