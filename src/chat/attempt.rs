@@ -91,6 +91,9 @@ fn turn_frame(turn: &ActiveTurn) -> Frame {
 
 fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
     turn.push(turn_frame(turn));
+    // The chat comes first: from now until the stream ends, background calls on this
+    // provider stop (a running one is cancelled) and wait.
+    let lane = inner.provider.lanes().foreground();
     let started = Instant::now();
     let mut out = Streamed::default();
     let (serving, stopped) = match prepare(inner, turn, model) {
@@ -104,6 +107,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
         .as_ref()
         .map(|s| s.model.clone())
         .unwrap_or_default();
+    drop(lane);
     let end = end_attempt(inner, turn, &model, &out, stopped, started.elapsed());
     let completed = matches!(
         &end,
