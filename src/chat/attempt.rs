@@ -116,7 +116,8 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
             ..
         }
     );
-    turn.finish(end);
+    // Started before the end is announced, so whoever sees the end can count on the
+    // post-turn job being there (`Engine::background_jobs`).
     if let Some(s) = serving {
         super::post_turn::spawn(
             inner,
@@ -128,6 +129,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
             s.budget,
         );
     }
+    turn.finish(end);
 }
 
 /// Picks the model, compacts before sending (I4), and builds the request. A `/stop` or a

@@ -340,6 +340,14 @@ impl Engine {
         &self.inner.settings
     }
 
+    /// Post-turn jobs still running (or waiting for the provider's background lane).
+    pub fn background_jobs(&self) -> usize {
+        lock(&self.inner.background)
+            .iter()
+            .filter(|h| !h.is_finished())
+            .count()
+    }
+
     /// The background purposes paused for `model` (its circuit breakers are open).
     pub fn paused(&self, model: &str) -> Vec<&'static str> {
         lock(&self.inner.breakers).paused(model, Instant::now())
