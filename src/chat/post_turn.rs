@@ -40,8 +40,11 @@ pub const TITLE_MAX_CHARS: usize = 80;
 pub const TITLE_MAX_TOKENS: u32 = 24;
 /// The longest turn memory asked for (`max_tokens`): a few short findings as JSON.
 pub const MEMORY_MAX_TOKENS: u32 = 200;
-/// Longest string the memory schema allows (a grammar-constrained model cannot ramble).
-pub const MEMORY_MAX_STRING_CHARS: u64 = 160;
+/// Longest string the memory schema allows…
+pub const MEMORY_MAX_STRING_CHARS: u64 = 60;
+/// …and most items in each of its lists: a grammar-constrained tiny model tends to fill
+/// every list to its bound, and all of it must fit in [`MEMORY_MAX_TOKENS`].
+pub const MEMORY_MAX_ITEMS: usize = 3;
 /// How much of the exchange the mini model reads.
 pub const EXCHANGE_EXCERPT_CHARS: usize = 4000;
 /// How long a background call waits for the provider's background lane.
@@ -49,13 +52,22 @@ pub const BACKGROUND_LANE_WAIT: Duration = Duration::from_secs(5 * 60);
 /// How many times a background call cancelled by a chat attempt is asked again.
 pub const BACKGROUND_MAX_DEFERRALS: usize = 3;
 
-const DISTILL_PROMPT: &str = "Extract a memory of the exchange below as strict JSON, with \
+/// What distillation asks of the mini model.
+pub const DISTILL_PROMPT: &str = "Extract a memory of the exchange below as strict JSON, with \
 exactly these keys: {\"files_changed\": [string], \"failures\": [{\"what\": string, \"why\": \
 string}], \"key_findings\": [string]} (at most 5 findings, each one short sentence). Use \
 empty lists when there is nothing. Reply with the JSON object only.";
 
 const TITLE_PROMPT: &str = "Write a title of at most six words for the conversation below. \
 Reply with the title only: no quotes, no punctuation at the end.";
+
+/// The shape of a distillation request: its JSON schema, no stop strings.
+pub fn memory_shape() -> Shape {
+    Shape {
+        stop: vec![],
+        schema: Some(memory_schema()),
+    }
+}
 
 /// The turn memory's JSON schema, sent as `response_format`: llama.cpp turns it into a
 /// grammar, so even a tiny model answers parseable, bounded JSON.
@@ -73,9 +85,9 @@ fn memory_schema() -> Schema {
         schema: json!({
             "type": "object",
             "properties": {
-                "files_changed": list(text.clone(), 10),
-                "failures": list(failure, MAX_FINDINGS),
-                "key_findings": list(text.clone(), MAX_FINDINGS),
+                "files_changed": list(text.clone(), MEMORY_MAX_ITEMS),
+                "failures": list(failure, MEMORY_MAX_ITEMS - 1),
+                "key_findings": list(text.clone(), MEMORY_MAX_ITEMS),
             },
             "required": ["files_changed", "failures", "key_findings"],
             "additionalProperties": false,
@@ -279,8 +291,9 @@ fn report(inner: &Inner, purpose: Purpose, model: &str, ok: bool) {
     }
 }
 
+/// A turn memory as the model writes it.
 #[derive(Deserialize)]
-struct MemoryJson {
+pub struct MemoryJson {
     #[serde(default)]
     files_changed: Vec<String>,
     #[serde(default)]
@@ -290,7 +303,7 @@ struct MemoryJson {
 }
 
 /// The first JSON object in a reply (models like to wrap it in prose or fences).
-fn parse_memory(reply: &str) -> Option<MemoryJson> {
+pub fn parse_memory(reply: &str) -> Option<MemoryJson> {
     let start = reply.find('{')?;
     let end = reply.rfind('}')?;
     serde_json::from_str(reply.get(start..=end)?).ok()
@@ -312,10 +325,7 @@ fn distill(
         system: DISTILL_PROMPT,
         text: exchange,
         max_tokens: MEMORY_MAX_TOKENS,
-        shape: Shape {
-            stop: vec![],
-            schema: Some(memory_schema()),
-        },
+        shape: memory_shape(),
         timeout: DISTILL_TIMEOUT,
     };
     // Memory that lands after the session moved on is left out of the context (I3): once
