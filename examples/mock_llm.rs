@@ -26,15 +26,29 @@
 //! - Prompt-cache accounting: `cached_tokens` is the longest common prefix, in the mock's
 //!   whitespace tokens, between this prompt and any earlier one.
 //! - `GET /_mock/requests`: every chat request body received (with its `Authorization`
-//!   header as `_authorization`); `GET /_mock/stats`;
-//!   `POST /_mock/reset`.
+//!   header as `_authorization`, and its times in ms since the mock started: `_arrived_ms`,
+//!   `_started_ms` when it was served, `_ended_ms`, and `_cancelled: true` when the client
+//!   hung up first); `GET /_mock/stats`; `POST /_mock/reset`.
+//! - `stop` strings in a request cut the answer there (`finish_reason: stop`).
+//!
+//! Options that make it behave like a small local model:
+//!
+//! - `--one-slot`: one completion at a time, like llama.cpp with one slot. Others queue in
+//!   arrival order; a client that hangs up (queued or being served) gives its place up at
+//!   once, as llama.cpp cancels a task whose connection closed.
+//! - `--service-ms N`: every completion takes at least N ms before its answer.
+//! - `--weak`: unscripted background answers are those of a weak model: never JSON, titles
+//!   that ramble over several lines, everything running on until `max_tokens` (in words,
+//!   `finish_reason: length`).
+//! - `--refuse-response-format`: a request with `response_format` gets HTTP 400, as from a
+//!   server without structured output.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -55,6 +69,94 @@ struct State {
 
 type Shared = Arc<Mutex<State>>;
 
+/// How this mock behaves (its command-line options).
+#[derive(Default)]
+struct Options {
+    one_slot: bool,
+    service_ms: u64,
+    weak: bool,
+    refuse_response_format: bool,
+}
+
+static OPTIONS: OnceLock<Options> = OnceLock::new();
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+fn options() -> &'static Options {
+    OPTIONS.get_or_init(Options::default)
+}
+
+fn now_ms() -> u64 {
+    STARTED.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// The one slot of `--one-slot`: busy or not, and who waits for it, in arrival order.
+static SLOT: (Mutex<(bool, VecDeque<usize>)>, Condvar) =
+    (Mutex::new((false, VecDeque::new())), Condvar::new());
+
+/// Holds the slot; frees it on drop.
+struct SlotHeld;
+
+impl Drop for SlotHeld {
+    fn drop(&mut self) {
+        SLOT.0.lock().unwrap_or_else(PoisonError::into_inner).0 = false;
+        SLOT.1.notify_all();
+    }
+}
+
+/// Waits for the slot in arrival order; `None` when the client hung up meanwhile.
+fn take_slot(stream: &TcpStream, ticket: usize) -> Option<SlotHeld> {
+    let mut s = SLOT.0.lock().unwrap_or_else(PoisonError::into_inner);
+    s.1.push_back(ticket);
+    loop {
+        if !s.0 && s.1.front() == Some(&ticket) {
+            s.1.pop_front();
+            s.0 = true;
+            return Some(SlotHeld);
+        }
+        s = SLOT
+            .1
+            .wait_timeout(s, Duration::from_millis(20))
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+        if hung_up(stream) {
+            s.1.retain(|t| *t != ticket);
+            SLOT.1.notify_all();
+            return None;
+        }
+    }
+}
+
+/// Whether the client closed its side (it sends nothing after its request).
+fn hung_up(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let peeked = stream.peek(&mut byte);
+    let _ = stream.set_nonblocking(false);
+    match peeked {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// Sleeps `d`, watching for a hang-up in `--one-slot` mode (the slot is freed at once).
+fn pause(stream: &TcpStream, d: Duration) -> std::io::Result<()> {
+    if !options().one_slot {
+        thread::sleep(d);
+        return Ok(());
+    }
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if hung_up(stream) {
+            return Err(std::io::Error::other("the client hung up"));
+        }
+        thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+    }
+    Ok(())
+}
+
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
     s.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -67,6 +169,14 @@ fn main() {
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse::<u64>().ok())
     };
+    let has = |name: &str| args.iter().any(|a| a == name);
+    let _ = OPTIONS.set(Options {
+        one_slot: has("--one-slot"),
+        service_ms: flag("--service-ms").unwrap_or(0),
+        weak: has("--weak"),
+        refuse_response_format: has("--refuse-response-format"),
+    });
+    now_ms();
     let port = flag("--port").unwrap_or(0);
     let n_ctx = flag("--n-ctx").unwrap_or(4096);
     let state: Shared = Arc::new(Mutex::new(State {
@@ -288,6 +398,16 @@ fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
     }
     // Background work: what each kind of request expects.
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+    if options().weak {
+        let ramble = if system.contains("JSON") {
+            "Sure! The user asked something and the assistant answered it, which is a key finding."
+        } else if system.contains("title") {
+            "Sure! Here is a title for this conversation:\n\n**A Title**\n\nI hope it helps."
+        } else {
+            "The conversation so far covered many things, and all of them matter a lot."
+        };
+        return json!({"text": vec![ramble; 200].join(" ")});
+    }
     if system.contains("JSON") {
         let memory = json!({"files_changed": [], "failures": [], "key_findings": [format!("mock finding {n}")]});
         json!({"text": memory.to_string()})
@@ -298,11 +418,59 @@ fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
     }
 }
 
-fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<()> {
+/// Sets `_key: value` on the recorded request `at`.
+fn note(state: &Shared, at: usize, key: &str, value: Value) {
+    if let Some(r) = lock(state)
+        .requests
+        .get_mut(at)
+        .and_then(Value::as_object_mut)
+    {
+        r.insert(key.into(), value);
+    }
+}
+
+fn chat(stream: &mut TcpStream, state: &Shared, mut body: Value) -> std::io::Result<()> {
+    body["_arrived_ms"] = json!(now_ms());
+    let at = {
+        let mut s = lock(state);
+        s.requests.push(body.clone());
+        s.requests.len() - 1
+    };
+    let held = if options().one_slot {
+        match take_slot(stream, at) {
+            Some(held) => Some(held),
+            None => {
+                note(state, at, "_cancelled", json!(true));
+                note(state, at, "_ended_ms", json!(now_ms()));
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    note(state, at, "_started_ms", json!(now_ms()));
+    let served = serve(stream, state, body);
+    drop(held);
+    if served.is_err() {
+        note(state, at, "_cancelled", json!(true));
+    }
+    note(state, at, "_ended_ms", json!(now_ms()));
+    served
+}
+
+fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<()> {
+    pause(stream, Duration::from_millis(options().service_ms))?;
+    if options().refuse_response_format && body.get("response_format").is_some() {
+        return respond(
+            stream,
+            400,
+            &json!({"error": {"message": "response_format is not supported by this server",
+                "code": 400}}),
+        );
+    }
     let (n, cached, prompt_len) = {
         let mut s = lock(state);
         s.chat_calls += 1;
-        s.requests.push(body.clone());
         let tokens = prompt_tokens(&body);
         let cached = s
             .prompts
@@ -329,7 +497,7 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
         };
         return endless(stream, head);
     }
-    thread::sleep(ms("headers_delay_ms"));
+    pause(stream, ms("headers_delay_ms"))?;
     if let Some(status) = step["status"].as_u64() {
         let msg = step["text"].as_str().unwrap_or("scripted failure");
         return respond(
@@ -338,9 +506,24 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
             &json!({"error": {"message": msg, "code": status}}),
         );
     }
-    let text = step["text"]
+    let mut text = step["text"]
         .as_str()
         .map_or_else(|| format!("mock answer {n}"), str::to_owned);
+    let mut finish = step["finish_reason"].as_str().unwrap_or("stop").to_owned();
+    let stops = body["stop"].as_array().into_iter().flatten();
+    if let Some(cut) = stops.filter_map(|s| text.find(s.as_str()?)).min() {
+        text.truncate(cut);
+        finish = "stop".into();
+    }
+    let limit = body["max_tokens"].as_u64().unwrap_or(u64::MAX) as usize;
+    if options().weak && text.split_whitespace().count() > limit {
+        text = text
+            .split_whitespace()
+            .take(limit)
+            .collect::<Vec<_>>()
+            .join(" ");
+        finish = "length".into();
+    }
     let reasoning = step["reasoning"].as_str().unwrap_or_default().to_owned();
     let think = step["think"] == true;
     let completion_tokens =
@@ -350,7 +533,6 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
         "total_tokens": prompt_len as u64 + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
     });
-    let finish = step["finish_reason"].as_str().unwrap_or("stop").to_owned();
     let content = if think && !reasoning.is_empty() {
         format!("<think>{reasoning}</think>\n\n{text}")
     } else {
@@ -374,7 +556,7 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
         thread::sleep(Duration::from_secs(3600));
         return Ok(());
     }
-    thread::sleep(ms("first_delay_ms"));
+    pause(stream, ms("first_delay_ms"))?;
     let mut frames: Vec<Value> = Vec::new();
     if !think && !reasoning.is_empty() {
         frames.push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": reasoning}}]}));
@@ -400,7 +582,7 @@ fn chat(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result<
             stream.flush()?;
         }
         if i > 0 {
-            thread::sleep(ms("delay_ms"));
+            pause(stream, ms("delay_ms"))?;
         }
         write!(stream, "data: {frame}\n\n")?;
         stream.flush()?;

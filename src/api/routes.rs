@@ -217,7 +217,8 @@ fn models(api: &Api) -> Answer {
         .map(|m| {
             let is_chat = chat.as_deref() == Some(m.id.as_str());
             let w = crate::provider::window_in(&list, &m.id, s.context_window.filter(|_| is_chat));
-            json!({"id": m.id, "window": w.tokens, "window_source": w.source})
+            let paused = api.engine.paused(&m.id);
+            json!({"id": m.id, "window": w.tokens, "window_source": w.source, "paused": paused})
         })
         .collect();
     http::json(

@@ -91,6 +91,9 @@ fn turn_frame(turn: &ActiveTurn) -> Frame {
 
 fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
     turn.push(turn_frame(turn));
+    // The chat comes first: from now until the stream ends, background calls on this
+    // provider stop (a running one is cancelled) and wait.
+    let lane = inner.provider.lanes().foreground();
     let started = Instant::now();
     let mut out = Streamed::default();
     let (serving, stopped) = match prepare(inner, turn, model) {
@@ -104,6 +107,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
         .as_ref()
         .map(|s| s.model.clone())
         .unwrap_or_default();
+    drop(lane);
     let end = end_attempt(inner, turn, &model, &out, stopped, started.elapsed());
     let completed = matches!(
         &end,
@@ -112,7 +116,8 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
             ..
         }
     );
-    turn.finish(end);
+    // Started before the end is announced, so whoever sees the end can count on the
+    // post-turn job being there (`Engine::background_jobs`).
     if let Some(s) = serving {
         super::post_turn::spawn(
             inner,
@@ -124,6 +129,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
             s.budget,
         );
     }
+    turn.finish(end);
 }
 
 /// Picks the model, compacts before sending (I4), and builds the request. A `/stop` or a

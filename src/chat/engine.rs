@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::breaker::Breakers;
 use super::frames::{ActiveTurn, Subscription};
 use crate::provider::Provider;
 use crate::session::compactor::Compactor;
@@ -51,6 +52,8 @@ pub struct EngineSettings {
     pub max_output_tokens: Option<u32>,
     pub temperature: Option<f32>,
     pub distill: bool,
+    /// Whether an untitled session gets an automatic title.
+    pub titles: bool,
     pub max_message_bytes: usize,
     pub checkpoint_interval: Duration,
     /// The deadline of one compaction, all its passes and calls together.
@@ -85,6 +88,7 @@ impl Default for EngineSettings {
             max_output_tokens: None,
             temperature: None,
             distill: true,
+            titles: true,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             checkpoint_interval: CHECKPOINT_INTERVAL,
             compaction_timeout: COMPACTION_TIMEOUT,
@@ -140,6 +144,8 @@ pub(super) struct Inner {
     background: Mutex<Vec<JoinHandle<()>>>,
     /// Sessions a post-turn job is titling now: one title job per session at a time.
     titling: Mutex<HashSet<SessionId>>,
+    /// Background purposes that keep failing for a model pause.
+    pub breakers: Mutex<Breakers>,
 }
 
 /// The turn engine. Cheap to clone; every clone is the same engine.
@@ -148,7 +154,7 @@ pub struct Engine {
     pub(super) inner: Arc<Inner>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -167,6 +173,7 @@ impl Engine {
                 workers: Mutex::new(Vec::new()),
                 background: Mutex::new(Vec::new()),
                 titling: Mutex::new(HashSet::new()),
+                breakers: Mutex::new(Breakers::default()),
             }),
         }
     }
@@ -333,6 +340,19 @@ impl Engine {
         &self.inner.settings
     }
 
+    /// Post-turn jobs still running (or waiting for the provider's background lane).
+    pub fn background_jobs(&self) -> usize {
+        lock(&self.inner.background)
+            .iter()
+            .filter(|h| !h.is_finished())
+            .count()
+    }
+
+    /// The background purposes paused for `model` (its circuit breakers are open).
+    pub fn paused(&self, model: &str) -> Vec<&'static str> {
+        lock(&self.inner.breakers).paused(model, Instant::now())
+    }
+
     /// Whether the session has an attempt running.
     pub fn turn_active(&self, id: SessionId) -> bool {
         lock(&self.inner.turns)
@@ -403,6 +423,14 @@ impl Inner {
         let claimed = lock(&self.titling).insert(id);
         // Built only when claimed: dropping an unclaimed one would release another's.
         claimed.then(|| TitleClaim { inner: self, id })
+    }
+
+    /// Whether the session has moved on from attempt `attempt` of turn `turn`: a newer
+    /// turn or attempt started (its memory would be left out of the context).
+    pub(super) fn moved_on(&self, id: SessionId, turn: u64, attempt: u32) -> bool {
+        lock(&self.turns)
+            .get(&id)
+            .is_some_and(|t| (t.turn, t.attempt) > (turn, attempt))
     }
 
     /// Whether shutdown has begun: background work gives up.

@@ -7,9 +7,12 @@
 //! - [`compact`]: compaction by hand.
 //! - [`frames`]: what an attempt streams, kept for late subscribers.
 //! - [`summarizer`]: the provider as compaction's summarizer.
-//! - [`post_turn`]: distillation and the automatic title.
+//! - [`post_turn`]: distillation, post-persist compaction and the automatic title, after
+//!   the chat and out of its way.
+//! - [`breaker`]: a circuit breaker per (purpose, model) for background calls.
 
 mod attempt;
+pub mod breaker;
 pub mod compact;
 mod end;
 pub mod engine;

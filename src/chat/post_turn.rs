@@ -1,16 +1,24 @@
-//! Work after an attempt ends, in the background (it may overlap the next turn): turn
-//! memory (distillation), post-persist compaction, and the automatic title. Each has its
-//! own deadline; a failure is logged, never fatal, and every provider call is in the
-//! ledger.
+//! Work after an attempt ends (it may overlap the next turn): post-persist compaction,
+//! turn memory (distillation) and the automatic title. Each has its own deadline; a
+//! failure is logged, never fatal, and every provider call is in the ledger.
+//!
+//! The chat comes first. Post-persist compaction runs only when the context is over the
+//! trigger, which the next request would hit anyway, so it holds the provider's foreground
+//! lane like a chat attempt. Distillation and titles are background calls: they wait for
+//! the provider's background lane (no chat active, one call at a time by default), ask for
+//! little (a title is one line of at most [`TITLE_MAX_TOKENS`], a memory at most
+//! [`MEMORY_MAX_TOKENS`] of schema-constrained JSON), are cancelled when a chat attempt
+//! starts, and pause for a model that keeps failing them ([`super::breaker`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use serde_json::json;
 
-use super::engine::Inner;
+use super::engine::{Inner, lock};
 use super::summarizer::summarizer;
-use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError};
+use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError, Schema, Shape};
 use crate::session::SessionId;
 use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
 use crate::session::events::{Decoded, MemoryFailure, Payload, TitledBy, TurnMemory, Usage};
@@ -28,18 +36,64 @@ pub const TITLE_TIMEOUT: Duration = Duration::from_secs(15);
 pub const TITLE_MAX_WORDS: usize = 6;
 /// …and at most this many characters.
 pub const TITLE_MAX_CHARS: usize = 80;
-/// The longest answer asked of the mini model (turn memory JSON, a title).
-pub const BACKGROUND_MAX_TOKENS: u32 = 512;
+/// The longest title asked for (`max_tokens`): a line, ended by a newline `stop`.
+pub const TITLE_MAX_TOKENS: u32 = 24;
+/// The longest turn memory asked for (`max_tokens`): a few short findings as JSON.
+pub const MEMORY_MAX_TOKENS: u32 = 200;
+/// Longest string the memory schema allows…
+pub const MEMORY_MAX_STRING_CHARS: u64 = 60;
+/// …and most items in each of its lists: a grammar-constrained tiny model tends to fill
+/// every list to its bound, and all of it must fit in [`MEMORY_MAX_TOKENS`].
+pub const MEMORY_MAX_ITEMS: usize = 3;
 /// How much of the exchange the mini model reads.
 pub const EXCHANGE_EXCERPT_CHARS: usize = 4000;
+/// How long a background call waits for the provider's background lane.
+pub const BACKGROUND_LANE_WAIT: Duration = Duration::from_secs(5 * 60);
+/// How many times a background call cancelled by a chat attempt is asked again.
+pub const BACKGROUND_MAX_DEFERRALS: usize = 3;
 
-const DISTILL_PROMPT: &str = "Extract a memory of the exchange below as strict JSON, with \
+/// What distillation asks of the mini model.
+pub const DISTILL_PROMPT: &str = "Extract a memory of the exchange below as strict JSON, with \
 exactly these keys: {\"files_changed\": [string], \"failures\": [{\"what\": string, \"why\": \
 string}], \"key_findings\": [string]} (at most 5 findings, each one short sentence). Use \
 empty lists when there is nothing. Reply with the JSON object only.";
 
 const TITLE_PROMPT: &str = "Write a title of at most six words for the conversation below. \
 Reply with the title only: no quotes, no punctuation at the end.";
+
+/// The shape of a distillation request: its JSON schema, no stop strings.
+pub fn memory_shape() -> Shape {
+    Shape {
+        stop: vec![],
+        schema: Some(memory_schema()),
+    }
+}
+
+/// The turn memory's JSON schema, sent as `response_format`: llama.cpp turns it into a
+/// grammar, so even a tiny model answers parseable, bounded JSON.
+fn memory_schema() -> Schema {
+    let text = json!({"type": "string", "maxLength": MEMORY_MAX_STRING_CHARS});
+    let list = |items: serde_json::Value, max: usize| json!({"type": "array", "items": items, "maxItems": max});
+    let failure = json!({
+        "type": "object",
+        "properties": {"what": text, "why": text},
+        "required": ["what", "why"],
+        "additionalProperties": false,
+    });
+    Schema {
+        name: "turn_memory",
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "files_changed": list(text.clone(), MEMORY_MAX_ITEMS),
+                "failures": list(failure, MEMORY_MAX_ITEMS - 1),
+                "key_findings": list(text.clone(), MEMORY_MAX_ITEMS),
+            },
+            "required": ["files_changed", "failures", "key_findings"],
+            "additionalProperties": false,
+        }),
+    }
+}
 
 /// Starts the post-turn work of one attempt.
 pub(super) fn spawn(
@@ -58,32 +112,45 @@ pub(super) fn spawn(
         } else {
             None
         };
+        // First what the next request needs, then what can wait.
+        compact_after(&job, id, budget, &model);
         if let (Some(text), true) = (&exchange, job.settings.distill) {
             distill(&job, id, turn, attempt, text, &model);
         }
-        let s = summarizer(&job, &model, budget.window);
-        let interrupted = || job.shutting_down().then_some(Interrupt::Shutdown);
-        match job.compactor.post_persist(
-            id,
-            budget,
-            &s,
-            &Bounds::within(job.settings.compaction_timeout, &interrupted),
-        ) {
-            Ok(_) => {}
-            Err(
-                CompactionError::BackingOff(_)
-                | CompactionError::Refused(_)
-                | CompactionError::Interrupted(_),
-            ) => {}
-            Err(e) => log::warn!("post-turn compaction of {id}: {e}"),
-        }
-        if let Some(text) = &exchange {
+        if let (Some(text), true) = (&exchange, job.settings.titles) {
             auto_title(&job, id, text, &model);
         }
     });
     // Best-effort work: skipped (and said so) rather than failing anything.
     if let Err(why) = started {
         log::warn!("post-turn work of {id} skipped: {why}");
+    }
+}
+
+/// Post-persist compaction, when the context is over the trigger: the next request would
+/// compact anyway, so it runs now in the foreground lane (background calls yield to it)
+/// rather than in the next turn's latency.
+fn compact_after(job: &Inner, id: SessionId, budget: Budget, model: &str) {
+    match job.compactor.estimate(id) {
+        Ok((_, tokens)) if budget.over_trigger(tokens) => {}
+        _ => return,
+    }
+    let _lane = job.provider.lanes().foreground();
+    let s = summarizer(job, model, budget.window);
+    let interrupted = || job.shutting_down().then_some(Interrupt::Shutdown);
+    match job.compactor.post_persist(
+        id,
+        budget,
+        &s,
+        &Bounds::within(job.settings.compaction_timeout, &interrupted),
+    ) {
+        Ok(_) => {}
+        Err(
+            CompactionError::BackingOff(_)
+            | CompactionError::Refused(_)
+            | CompactionError::Interrupted(_),
+        ) => {}
+        Err(e) => log::warn!("post-turn compaction of {id}: {e}"),
     }
 }
 
@@ -113,30 +180,87 @@ fn mini_model(inner: &Inner, chat_model: &str) -> String {
         .unwrap_or_else(|| chat_model.to_owned())
 }
 
-/// One whole completion by the mini model, recorded in the ledger.
-fn ask(
-    inner: &Inner,
+/// One background call: what it asks and of whom.
+struct Ask<'a> {
     id: SessionId,
     purpose: Purpose,
-    model: &str,
-    system: &str,
-    text: &str,
+    model: &'a str,
+    system: &'a str,
+    text: &'a str,
+    max_tokens: u32,
+    shape: Shape,
     timeout: Duration,
+}
+
+/// Asks in the background lane: waits for it (while `wanted`), skips when the breaker
+/// has paused the purpose for the model, and asks again when a chat attempt cancelled the
+/// call (at most [`BACKGROUND_MAX_DEFERRALS`] times). `None` when nothing was answered.
+/// The caller reports success or failure to the breaker.
+fn ask_in_background(
+    inner: &Inner,
+    ask: &Ask<'_>,
+    wanted: &dyn Fn() -> bool,
+) -> Option<Result<Completion, ProviderError>> {
+    let (purpose, model) = (ask.purpose, ask.model);
+    for _ in 0..=BACKGROUND_MAX_DEFERRALS {
+        if !lock(&inner.breakers).allow(purpose, model, Instant::now()) {
+            return None;
+        }
+        let give_up = || inner.shutting_down() || !wanted();
+        let until = Instant::now() + BACKGROUND_LANE_WAIT;
+        let Some(permit) = inner.provider.lanes().background(until, &give_up) else {
+            lock(&inner.breakers).released(purpose, model);
+            if !inner.shutting_down() && wanted() {
+                log::info!(
+                    "{} of {}: skipped, the provider was busy for {BACKGROUND_LANE_WAIT:?}",
+                    purpose.as_str(),
+                    ask.id
+                );
+            }
+            return None;
+        };
+        match call(inner, ask, permit.cancel_flag()) {
+            Err(ProviderError::Cancelled) => {
+                lock(&inner.breakers).released(purpose, model);
+                log::info!(
+                    "{} of {}: deferred, a chat attempt started",
+                    purpose.as_str(),
+                    ask.id
+                );
+            }
+            answer => return Some(answer),
+        }
+    }
+    log::info!(
+        "{} of {}: skipped after {BACKGROUND_MAX_DEFERRALS} deferrals",
+        purpose.as_str(),
+        ask.id
+    );
+    None
+}
+
+/// One whole completion by the mini model, cancellable, recorded in the ledger.
+fn call(
+    inner: &Inner,
+    ask: &Ask<'_>,
+    cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Completion, ProviderError> {
     let req = ChatRequest {
-        model: model.to_owned(),
-        system: system.to_owned(),
-        messages: vec![(ChatRole::User, text.to_owned())],
-        max_tokens: Some(BACKGROUND_MAX_TOKENS),
+        model: ask.model.to_owned(),
+        system: ask.system.to_owned(),
+        messages: vec![(ChatRole::User, ask.text.to_owned())],
+        max_tokens: Some(ask.max_tokens),
         temperature: Some(0.0),
     };
     let started = Instant::now();
-    let result = inner.provider.complete(&req, timeout);
+    let result = inner
+        .provider
+        .complete_shaped(&req, &ask.shape, ask.timeout, cancel);
     let entry = LedgerEntry {
-        session_id: Some(id),
-        purpose,
+        session_id: Some(ask.id),
+        purpose: ask.purpose,
         provider: inner.provider.base_url().to_owned(),
-        model: model.to_owned(),
+        model: ask.model.to_owned(),
         usage: result.as_ref().map_or(Usage::default(), |c| c.usage),
         latency_ms: started.elapsed().as_millis() as u64,
         status: if result.is_ok() {
@@ -147,13 +271,29 @@ fn ask(
         error_code: result.as_ref().err().map(|e| e.code().to_owned()),
     };
     if let Err(e) = inner.store.record_call(&entry) {
-        log::error!("could not record a {} call: {e}", purpose.as_str());
+        log::error!("could not record a {} call: {e}", ask.purpose.as_str());
     }
     result
 }
 
+/// Tells the breaker how a call went; logs when this failure paused the purpose.
+fn report(inner: &Inner, purpose: Purpose, model: &str, ok: bool) {
+    let mut b = lock(&inner.breakers);
+    if ok {
+        b.succeeded(purpose, model);
+    } else if b.failed(purpose, model, Instant::now()) {
+        log::warn!(
+            "{} paused for {model} for {:?}: {} failures in a row",
+            purpose.as_str(),
+            super::breaker::BREAKER_COOLDOWN,
+            super::breaker::BREAKER_THRESHOLD
+        );
+    }
+}
+
+/// A turn memory as the model writes it.
 #[derive(Deserialize)]
-struct MemoryJson {
+pub struct MemoryJson {
     #[serde(default)]
     files_changed: Vec<String>,
     #[serde(default)]
@@ -163,7 +303,7 @@ struct MemoryJson {
 }
 
 /// The first JSON object in a reply (models like to wrap it in prose or fences).
-fn parse_memory(reply: &str) -> Option<MemoryJson> {
+pub fn parse_memory(reply: &str) -> Option<MemoryJson> {
     let start = reply.find('{')?;
     let end = reply.rfind('}')?;
     serde_json::from_str(reply.get(start..=end)?).ok()
@@ -178,35 +318,45 @@ fn distill(
     chat_model: &str,
 ) {
     let model = mini_model(inner, chat_model);
+    let ask = Ask {
+        id,
+        purpose: Purpose::Distill,
+        model: &model,
+        system: DISTILL_PROMPT,
+        text: exchange,
+        max_tokens: MEMORY_MAX_TOKENS,
+        shape: memory_shape(),
+        timeout: DISTILL_TIMEOUT,
+    };
+    // Memory that lands after the session moved on is left out of the context (I3): once
+    // a newer turn or attempt started, the call is not worth the provider's time.
+    let wanted = || !inner.moved_on(id, turn, attempt);
     for _ in 0..DISTILL_ATTEMPTS {
-        let reply = match ask(
-            inner,
-            id,
-            Purpose::Distill,
-            &model,
-            DISTILL_PROMPT,
-            exchange,
-            DISTILL_TIMEOUT,
-        ) {
-            Ok(c) => c.text,
-            Err(e) => {
+        let reply = match ask_in_background(inner, &ask, &wanted) {
+            None => return,
+            Some(Ok(c)) => c.text,
+            Some(Err(e)) => {
+                report(inner, Purpose::Distill, &model, false);
                 log::warn!("distilling turn {turn} of {id}: {e}");
                 return;
             }
         };
-        if let Some(m) = parse_memory(&reply) {
-            let memory = Payload::TurnMemory(TurnMemory {
-                turn,
-                attempt,
-                files_changed: m.files_changed,
-                failures: m.failures,
-                key_findings: m.key_findings.into_iter().take(MAX_FINDINGS).collect(),
-            });
-            if let Err(e) = inner.store.append(id, &memory) {
-                log::error!("storing turn memory of {id}: {e}");
-            }
-            return;
+        let Some(m) = parse_memory(&reply) else {
+            report(inner, Purpose::Distill, &model, false);
+            continue;
+        };
+        report(inner, Purpose::Distill, &model, true);
+        let memory = Payload::TurnMemory(TurnMemory {
+            turn,
+            attempt,
+            files_changed: m.files_changed,
+            failures: m.failures,
+            key_findings: m.key_findings.into_iter().take(MAX_FINDINGS).collect(),
+        });
+        if let Err(e) = inner.store.append(id, &memory) {
+            log::error!("storing turn memory of {id}: {e}");
         }
+        return;
     }
     log::warn!("distilling turn {turn} of {id}: no valid JSON after {DISTILL_ATTEMPTS} tries");
 }
@@ -257,21 +407,28 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
         _ => return,
     }
     let model = mini_model(inner, chat_model);
-    let title = match ask(
-        inner,
+    let ask = Ask {
         id,
-        Purpose::Title,
-        &model,
-        TITLE_PROMPT,
-        exchange,
-        TITLE_TIMEOUT,
-    ) {
-        Ok(c) => clean_title(&c.text),
-        Err(e) => {
+        purpose: Purpose::Title,
+        model: &model,
+        system: TITLE_PROMPT,
+        text: exchange,
+        max_tokens: TITLE_MAX_TOKENS,
+        shape: Shape {
+            stop: vec!["\n".into()],
+            schema: None,
+        },
+        timeout: TITLE_TIMEOUT,
+    };
+    let title = match ask_in_background(inner, &ask, &|| true) {
+        None => return,
+        Some(Ok(c)) => clean_title(&c.text),
+        Some(Err(e)) => {
             log::warn!("titling {id}: {e}");
             None
         }
     };
+    report(inner, Purpose::Title, &model, title.is_some());
     let Some(title) = title else { return };
     // Never over a title someone set meanwhile.
     let result = inner.store.write(|w| {

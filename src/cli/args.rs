@@ -87,6 +87,10 @@ pub struct ProviderArgs {
     /// Tokens reserved for the answer (sent as max_tokens) [default: unset]
     #[arg(long, env = "BRAIN_MAX_OUTPUT_TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_output_tokens: Option<u32>,
+    /// Background calls (titles, turn memory) that may run at once on the provider, for
+    /// servers with parallel slots; they never run while a chat answer is being written
+    #[arg(long, env = "BRAIN_BACKGROUND_SLOTS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub background_slots: u64,
 }
 
 fn parse_compact_at(s: &str) -> Result<f64, String> {
@@ -116,6 +120,9 @@ pub struct ServeArgs {
     /// Distil each completed turn into turn memory
     #[arg(long, env = "BRAIN_DISTILL", default_value = "on", value_parser = ["on", "off"])]
     pub distill: String,
+    /// Give untitled sessions an automatic title after their first answer
+    #[arg(long, env = "BRAIN_TITLES", default_value = "on", value_parser = ["on", "off"])]
+    pub titles: String,
     /// Seconds to wait for a model's first token
     #[arg(long, env = "BRAIN_FIRST_TOKEN_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub first_token_timeout: u64,
@@ -381,6 +388,7 @@ impl ProviderArgs {
     pub fn provider_config(&self) -> crate::provider::ProviderConfig {
         let mut cfg = crate::provider::ProviderConfig::new(&self.provider_url);
         cfg.api_key = crate::provider::client::api_key_from_env(&self.api_key_env);
+        cfg.background_slots = self.background_slots as usize;
         cfg
     }
 

@@ -62,6 +62,7 @@ pub fn run(
         mini_model: args.mini_model.clone(),
         temperature: args.temperature,
         distill: args.distill == "on",
+        titles: args.titles == "on",
         max_message_bytes: args.max_message_bytes as usize,
         ..p.engine_settings()
     };

@@ -6,18 +6,24 @@
 //! time, while callers take the last known listing at once or wait for it within their own
 //! bound. Every call records what it saw, and `/health` answers from that.
 
+use std::collections::HashSet;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::lanes::{DEFAULT_BACKGROUND_SLOTS, Lanes};
 use super::state::{Listing, State, Ttls};
 use super::stream::{ChatStream, read_stream};
 use super::think::ThinkSplitter;
-use super::wire::{parse_chunk, parse_models, request_body};
-use super::{ChatRequest, Completion, ModelInfo, ProviderError, Window};
+use super::wire::{
+    parse_chunk, parse_models, refuses_structured_output, request_body, shaped_body,
+};
+use super::{ChatRequest, Completion, ModelInfo, ProviderError, Shape, Window};
 use crate::config;
 
 /// Where and how to reach the provider.
@@ -35,6 +41,9 @@ pub struct ProviderConfig {
     pub models_failure_ttl: Duration,
     /// How old an observation may be before `/health` probes ([`config::PROVIDER_PROBE_AFTER`]).
     pub probe_after: Duration,
+    /// Background calls that may run at once ([`Lanes`]); more for a server with
+    /// parallel slots.
+    pub background_slots: usize,
 }
 
 impl ProviderConfig {
@@ -47,6 +56,7 @@ impl ProviderConfig {
             models_ttl: config::MODELS_CACHE_TTL,
             models_failure_ttl: config::MODELS_FAILURE_TTL,
             probe_after: config::PROVIDER_PROBE_AFTER,
+            background_slots: DEFAULT_BACKGROUND_SLOTS,
         }
     }
 
@@ -94,19 +104,41 @@ pub struct Provider {
     cfg: ProviderConfig,
     agent: ureq::Agent,
     shared: Arc<Shared>,
+    lanes: Lanes,
+    /// Models whose server refused `response_format`: asked without it from then on.
+    no_schema: Mutex<HashSet<String>>,
+}
+
+fn new_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(config::PROVIDER_CONNECT_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+}
+
+fn post_on(
+    agent: &ureq::Agent,
+    cfg: &ProviderConfig,
+    path: &str,
+) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    let mut r = agent
+        .post(&url(cfg, path))
+        .header("Content-Type", "application/json");
+    if let Some(k) = &cfg.api_key {
+        r = r.header("Authorization", &format!("Bearer {k}"));
+    }
+    r
 }
 
 impl Provider {
     pub fn new(cfg: ProviderConfig) -> Provider {
-        let agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(config::PROVIDER_CONNECT_TIMEOUT))
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
         Provider {
+            lanes: Lanes::new(cfg.background_slots),
             cfg,
-            agent,
+            agent: new_agent(),
             shared: Arc::default(),
+            no_schema: Mutex::default(),
         }
     }
 
@@ -114,15 +146,13 @@ impl Provider {
         &self.cfg.base_url
     }
 
+    /// Who may use this provider now: chat attempts first, background calls after.
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
     fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let mut r = self
-            .agent
-            .post(&url(&self.cfg, path))
-            .header("Content-Type", "application/json");
-        if let Some(k) = &self.cfg.api_key {
-            r = r.header("Authorization", &format!("Bearer {k}"));
-        }
-        r
+        post_on(&self.agent, &self.cfg, path)
     }
 
     /// Starts a streamed chat completion. Errors (including an unreachable provider)
@@ -164,35 +194,90 @@ impl Provider {
         timeout: Duration,
     ) -> Result<Completion, ProviderError> {
         let body = request_body(req, false).to_string();
-        let request = self
-            .post("chat/completions")
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        let resp = request.send(body).map_err(|e| classify(e, timeout))?;
-        let text = read_body(
-            resp,
-            config::MAX_COMPLETION_BODY_BYTES,
-            "completion",
-            timeout,
-        )?;
-        let parts = parse_chunk(&text).ok_or_else(|| ProviderError::Malformed(excerpt(&text)))?;
-        if let Some(e) = parts.error {
-            return Err(ProviderError::Remote(e));
+        complete_on(&self.agent, &self.cfg, body, timeout)
+    }
+
+    /// A whole completion for background work: shaped (`stop`, a JSON schema), within
+    /// `timeout`, and ended at once when `cancel` is set (the connection is closed, so a
+    /// server that notices, like llama.cpp, frees its slot for the chat). A server that
+    /// refuses `response_format` is asked once more without it, and that model is never
+    /// sent one again.
+    pub fn complete_shaped(
+        &self,
+        req: &ChatRequest,
+        shape: &Shape,
+        timeout: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<Completion, ProviderError> {
+        let started = Instant::now();
+        let mut shape = shape.clone();
+        if shape.schema.is_some() && self.refuses_schema(&req.model) {
+            shape.schema = None;
         }
-        let mut think = ThinkSplitter::new();
-        let mut split = think.push(parts.content.as_deref().unwrap_or(""));
-        let rest = think.finish();
-        split.text.push_str(&rest.text);
-        split.reasoning.push_str(&rest.reasoning);
-        let mut reasoning = parts.reasoning.unwrap_or_default();
-        reasoning.push_str(&split.reasoning);
-        Ok(Completion {
-            text: split.text,
-            reasoning,
-            usage: parts.usage.unwrap_or_default(),
-            finish_reason: parts.finish_reason,
-        })
+        let body = shaped_body(req, false, &shape).to_string();
+        let mut result = self.cancellable(body, timeout, cancel);
+        if let Err(ProviderError::Http { status, body }) = &result {
+            if shape.schema.is_some() && refuses_structured_output(*status, body) {
+                log::warn!(
+                    "{} refused response_format for {}: asking without it from now on",
+                    self.cfg.base_url,
+                    req.model
+                );
+                lock(&self.no_schema).insert(req.model.clone());
+                shape.schema = None;
+                let body = shaped_body(req, false, &shape).to_string();
+                result = self.cancellable(body, timeout.saturating_sub(started.elapsed()), cancel);
+            }
+        }
+        self.shared.observe(result.as_ref().map(|_| ()));
+        result
+    }
+
+    /// Whether this model's server refused `response_format` before.
+    pub fn refuses_schema(&self, model: &str) -> bool {
+        lock(&self.no_schema).contains(model)
+    }
+
+    /// One non-streamed call on an agent of its own, so cancelling it (shutting that agent
+    /// down) closes this call's connection and no other.
+    fn cancellable(
+        &self,
+        body: String,
+        timeout: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<Completion, ProviderError> {
+        if cancel.load(Ordering::SeqCst) {
+            return Err(ProviderError::Cancelled);
+        }
+        if timeout.is_zero() {
+            return Err(ProviderError::Timeout(timeout));
+        }
+        let agent = new_agent();
+        let (tx, rx) = mpsc::channel();
+        let (worker, cfg) = (agent.clone(), self.cfg.clone());
+        thread::Builder::new()
+            .name("brain-complete".into())
+            .spawn(move || {
+                // The caller may have stopped waiting (cancelled): the answer is dropped.
+                let _ = tx.send(complete_on(&worker, &cfg, body, timeout));
+            })
+            .map_err(|e| ProviderError::Unreachable(format!("cannot start a thread: {e}")))?;
+        loop {
+            match rx.recv_timeout(config::STREAM_CANCEL_POLL) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Timeout) => {
+                    if cancel.load(Ordering::SeqCst) {
+                        agent.shutdown();
+                        return Err(ProviderError::Cancelled);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ProviderError::Unreachable(
+                        "the provider call ended without an answer".into(),
+                    ));
+                }
+            }
+        }
     }
 
     /// The provider's models: a listing at most [`ProviderConfig::models_ttl`] old, else
@@ -304,6 +389,47 @@ impl Provider {
             Err(_) => window_in(&[], model, None),
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One non-streamed completion on `agent`, its body read and parsed.
+fn complete_on(
+    agent: &ureq::Agent,
+    cfg: &ProviderConfig,
+    body: String,
+    timeout: Duration,
+) -> Result<Completion, ProviderError> {
+    let request = post_on(agent, cfg, "chat/completions")
+        .config()
+        .timeout_global(Some(timeout))
+        .build();
+    let resp = request.send(body).map_err(|e| classify(e, timeout))?;
+    let text = read_body(
+        resp,
+        config::MAX_COMPLETION_BODY_BYTES,
+        "completion",
+        timeout,
+    )?;
+    let parts = parse_chunk(&text).ok_or_else(|| ProviderError::Malformed(excerpt(&text)))?;
+    if let Some(e) = parts.error {
+        return Err(ProviderError::Remote(e));
+    }
+    let mut think = ThinkSplitter::new();
+    let mut split = think.push(parts.content.as_deref().unwrap_or(""));
+    let rest = think.finish();
+    split.text.push_str(&rest.text);
+    split.reasoning.push_str(&rest.reasoning);
+    let mut reasoning = parts.reasoning.unwrap_or_default();
+    reasoning.push_str(&split.reasoning);
+    Ok(Completion {
+        text: split.text,
+        reasoning,
+        usage: parts.usage.unwrap_or_default(),
+        finish_reason: parts.finish_reason,
+    })
 }
 
 /// A model's window in `list`, as [`Provider::window`] decides it, for a caller that

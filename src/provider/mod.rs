@@ -8,12 +8,15 @@
 //! - [`state`]: what the client remembers: the listing and the last observation (pure).
 //! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
 //! - [`stream`]: a streamed completion, its timeouts and cancellation.
+//! - [`lanes`]: the chat first; background calls only while no chat waits, and
+//!   cancelled when one arrives.
 //!
 //! **Architecture invariant:** `provider` knows nothing of sessions: it takes a system
 //! prompt and messages and gives back events and errors. Usage is normalised here, once:
 //! `input_tokens` excludes cache reads.
 
 pub mod client;
+pub mod lanes;
 pub mod sse;
 pub mod state;
 pub mod stream;
@@ -25,6 +28,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use client::{Provider, ProviderConfig, window_in};
+pub use lanes::{Background, Foreground, Lanes};
 pub use stream::{ChatStream, Poll};
 
 use crate::session::events::Usage;
@@ -45,6 +49,23 @@ pub struct ChatRequest {
     pub messages: Vec<(ChatRole, String)>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
+}
+
+/// What a background call asks of the answer's form, beyond its request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Shape {
+    /// Strings that end the answer (`stop`): a title is one line.
+    pub stop: Vec<String>,
+    /// A JSON schema the answer must follow, sent as `response_format` (llama.cpp turns
+    /// it into a grammar, so even a tiny model answers valid JSON).
+    pub schema: Option<Schema>,
+}
+
+/// A named JSON schema.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schema {
+    pub name: &'static str,
+    pub schema: serde_json::Value,
 }
 
 /// What a stream yields, in order.

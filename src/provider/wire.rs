@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::session::events::Usage;
 
-use super::{ChatRequest, ModelInfo};
+use super::{ChatRequest, ModelInfo, Shape};
 
 /// The request body of a chat completion.
 pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
@@ -27,6 +27,32 @@ pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
         body["temperature"] = json!(t);
     }
     body
+}
+
+/// The request body of a shaped (background) completion: [`request_body`] plus `stop`
+/// and `response_format` when the shape has them.
+pub fn shaped_body(req: &ChatRequest, stream: bool, shape: &Shape) -> Value {
+    let mut body = request_body(req, stream);
+    if !shape.stop.is_empty() {
+        body["stop"] = json!(shape.stop);
+    }
+    if let Some(s) = &shape.schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": s.name, "schema": s.schema},
+        });
+    }
+    body
+}
+
+/// Whether an HTTP error answers a request with `response_format` by refusing structured
+/// output itself (so the call is worth trying once more without it).
+pub fn refuses_structured_output(status: u16, body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    matches!(status, 400 | 404 | 415 | 422 | 501)
+        && ["response_format", "json_schema", "grammar"]
+            .iter()
+            .any(|w| body.contains(w))
 }
 
 /// What one stream chunk (or a whole non-streamed completion) carries.
@@ -153,6 +179,53 @@ mod tests {
         );
         assert!(b.get("stream_options").is_none());
         assert_eq!(b["messages"][0]["role"], "user", "no empty system message");
+    }
+
+    #[test]
+    fn shaped_bodies_are_pure_and_byte_stable() {
+        let req = ChatRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![(Role::User, "hi".into())],
+            max_tokens: Some(24),
+            temperature: Some(0.0),
+        };
+        assert_eq!(
+            shaped_body(&req, false, &Shape::default()),
+            request_body(&req, false),
+            "no shape, no new fields"
+        );
+        let shape = Shape {
+            stop: vec!["\n".into()],
+            schema: Some(crate::provider::Schema {
+                name: "memory",
+                schema: json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+            }),
+        };
+        let text = shaped_body(&req, false, &shape).to_string();
+        assert_eq!(
+            text,
+            r#"{"max_tokens":24,"messages":[{"content":"sys","role":"system"},{"content":"hi","role":"user"}],"model":"m","response_format":{"json_schema":{"name":"memory","schema":{"properties":{"a":{"type":"string"}},"type":"object"}},"type":"json_schema"},"stop":["\n"],"stream":false,"temperature":0.0}"#
+        );
+        assert_eq!(shaped_body(&req, false, &shape).to_string(), text, "stable");
+    }
+
+    #[test]
+    fn refusals_of_structured_output_are_told_from_other_errors() {
+        assert!(refuses_structured_output(
+            400,
+            r#"{"error":{"message":"Unrecognized request argument supplied: response_format"}}"#
+        ));
+        assert!(refuses_structured_output(
+            422,
+            "json_schema is not supported"
+        ));
+        assert!(refuses_structured_output(400, "failed to parse grammar"));
+        assert!(!refuses_structured_output(400, "context length exceeded"));
+        assert!(!refuses_structured_output(
+            500,
+            "response_format crashed us"
+        ));
     }
 
     #[test]

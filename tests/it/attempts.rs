@@ -456,16 +456,17 @@ fn overlapping_post_turn_jobs_ask_for_a_title_once() {
             })
             .count()
     };
-    // The first title call is slow: the next turn's post-turn job overlaps it.
+    // The first title call is slow: the next turn cancels it (the chat comes first), and
+    // its job, still holding the session's title claim, asks again once the turn is over;
+    // the next turn's post-turn job overlaps it and does not ask.
     mock.script(json!({"kind": "complete", "headers_delay_ms": 3000, "text": "Slow Title"}));
     frames(r.engine.send(id, "first", None).unwrap());
     wait_until("the first title call", || title_calls() == 1);
     frames(r.engine.send(id, "second", None).unwrap());
+    wait_until("the title", || r.store.session(id).unwrap().title.is_some());
     let report = r.engine.shutdown(Duration::from_secs(10));
     assert_eq!(report.skipped_background, 0, "{report:?}");
-    assert_eq!(title_calls(), 1);
-    assert_eq!(
-        r.store.session(id).unwrap().title.as_deref(),
-        Some("Slow Title")
-    );
+    assert_eq!(title_calls(), 2, "the cancelled call and its one retry");
+    let title = r.store.session(id).unwrap().title.unwrap();
+    assert!(title.starts_with("Mock Title"), "{title}");
 }

@@ -2,6 +2,7 @@
 //! Each module tests one edge for real: a real SQLite file, a real child process.
 
 mod attempts;
+mod background;
 mod browser;
 mod cli;
 mod compaction;

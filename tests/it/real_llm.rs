@@ -12,17 +12,15 @@ use crate::support::{skip_notice, skipped};
 
 /// The server's URL, or `None` after reporting the skip (under CI only when `.ci/run`
 /// says why in `BRAIN_TEST_LLAMA_SKIP`: the server could not be installed or started).
-fn llama_url() -> Option<String> {
-    const TEST: &str =
-        "real_llm::a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache";
+fn llama_url(test: &str) -> Option<String> {
     if let Ok(url) = std::env::var("BRAIN_TEST_LLAMA_URL") {
         return Some(url);
     }
     match std::env::var("BRAIN_TEST_LLAMA_SKIP") {
         // An explicit, reasoned skip stands even under CI, and still shows.
-        Ok(reason) => skip_notice(TEST, &format!("{reason} (BRAIN_TEST_LLAMA_SKIP)")),
+        Ok(reason) => skip_notice(test, &format!("{reason} (BRAIN_TEST_LLAMA_SKIP)")),
         Err(_) => skipped(
-            TEST,
+            test,
             "no llama.cpp server (BRAIN_TEST_LLAMA_URL is unset)",
             "set BRAIN_TEST_LLAMA_URL to the URL `.ci/llama-up` prints",
         ),
@@ -32,7 +30,9 @@ fn llama_url() -> Option<String> {
 
 #[test]
 fn a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache() {
-    let Some(url) = llama_url() else {
+    let Some(url) = llama_url(
+        "real_llm::a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache",
+    ) else {
         return;
     };
     let mut cfg = ProviderConfig::new(&url);
@@ -85,6 +85,48 @@ fn a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache() {
         second.cache_read_tokens + 8 >= prompt,
         "the repeated prompt is served from the KV cache: {second:?} after {first:?}"
     );
+}
+
+/// Distillation's JSON schema, sent as `response_format`, is a grammar to llama.cpp: even a
+/// base model of 270M parameters, which never writes JSON when only asked to, answers
+/// JSON that parses.
+#[test]
+fn a_real_llama_cpp_distillation_with_a_schema_returns_json_that_parses() {
+    use brain::chat::post_turn::{DISTILL_PROMPT, MEMORY_MAX_TOKENS, memory_shape, parse_memory};
+    let Some(url) =
+        llama_url("real_llm::a_real_llama_cpp_distillation_with_a_schema_returns_json_that_parses")
+    else {
+        return;
+    };
+    let p = Provider::new(ProviderConfig::new(&url));
+    let model = p.resolve_model(None).expect("the listing names the model");
+    let req = ChatRequest {
+        model,
+        system: DISTILL_PROMPT.into(),
+        messages: vec![(
+            ChatRole::User,
+            "User: Which file holds the parser?\n\nAssistant: src/parse.rs; it failed on \
+             empty input because of an unchecked index."
+                .into(),
+        )],
+        max_tokens: Some(MEMORY_MAX_TOKENS),
+        temperature: Some(0.0),
+    };
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let timeout = Duration::from_secs(120);
+    let shaped = p
+        .complete_shaped(&req, &memory_shape(), timeout, &never)
+        .expect("an answer");
+    assert!(
+        parse_memory(&shaped.text).is_some(),
+        "grammar-constrained JSON parses: {shaped:?}"
+    );
+    let plain = p
+        .complete_shaped(&req, &Default::default(), timeout, &never)
+        .expect("an answer");
+    if parse_memory(&plain.text).is_some() {
+        eprintln!("note: the prompt-only way also gave JSON this time: {plain:?}");
+    }
 }
 
 /// A skip shows in a plain `cargo test` (not only with `--nocapture`), and under CI a

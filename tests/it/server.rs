@@ -289,7 +289,8 @@ fn the_api_surface() {
     assert_eq!(models["chat_model"], "mock-model");
     assert_eq!(
         models["models"][0],
-        json!({"id": "mock-model", "window": 4096, "window_source": "llama.cpp meta.n_ctx"})
+        json!({"id": "mock-model", "window": 4096, "window_source": "llama.cpp meta.n_ctx",
+            "paused": []})
     );
 
     // Rename and archive; archived filtering; delete.

@@ -9,7 +9,7 @@ use super::{Result, Store, Writer};
 use crate::session::events::{SessionId, Usage};
 
 /// Why a provider was called.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Purpose {
     Chat,
     Summarize,

@@ -1,0 +1,175 @@
+//! Background calls against `mock_llm` behaving like a small local model: they never delay
+//! the chat on a one-slot server, they are small and shaped, structured output falls back
+//! once per model when refused, and a purpose that keeps failing pauses (the breaker).
+
+use serde_json::{Value, json};
+
+use brain::chat::breaker::BREAKER_THRESHOLD;
+use brain::chat::engine::EngineSettings;
+use brain::chat::post_turn::{MEMORY_MAX_TOKENS, TITLE_MAX_TOKENS};
+
+use crate::engine::{Rig, frames, rig_with, wait_until};
+use crate::support::*;
+
+fn with_background() -> EngineSettings {
+    EngineSettings {
+        distill: true,
+        titles: true,
+        ..EngineSettings::default()
+    }
+}
+
+/// An untitled session (so titles are asked for).
+fn untitled(r: &Rig) -> brain::session::SessionId {
+    r.store
+        .create_session(None, "You are a test.".into())
+        .unwrap()
+        .id
+}
+
+fn system_of(q: &Value) -> &str {
+    q["messages"][0]["content"].as_str().unwrap_or_default()
+}
+
+fn is_distill(q: &Value) -> bool {
+    q["stream"] != true && system_of(q).contains("Extract a memory")
+}
+
+fn is_title(q: &Value) -> bool {
+    q["stream"] != true && system_of(q).contains("title")
+}
+
+fn ms(q: &Value, key: &str) -> u64 {
+    q[key].as_u64().unwrap_or(u64::MAX)
+}
+
+/// One turn, then every post-turn job done (a user who reads before typing again).
+fn turn_and_settle(r: &Rig, id: brain::session::SessionId, text: &str) {
+    frames(r.engine.send(id, text, None).unwrap());
+    wait_until("the post-turn work", || r.engine.background_jobs() == 0);
+}
+
+#[test]
+fn a_weak_model_costs_a_few_distillations_then_none_and_background_calls_are_small() {
+    let mock = MockLlm::start(&["--weak"]);
+    let r = rig_with(&mock.url, with_background(), 2000);
+    let id = untitled(&r);
+    for i in 0..8 {
+        turn_and_settle(&r, id, &format!("question {i}"));
+    }
+    let requests = mock.requests();
+    let distills: Vec<&Value> = requests.iter().filter(|q| is_distill(q)).collect();
+    assert_eq!(
+        distills.len(),
+        BREAKER_THRESHOLD as usize,
+        "after {BREAKER_THRESHOLD} invalid answers distillation pauses for the model"
+    );
+    assert_eq!(r.engine.paused("mock-model"), vec!["distill"]);
+    for q in &distills {
+        assert_eq!(q["max_tokens"], MEMORY_MAX_TOKENS);
+        assert_eq!(q["response_format"]["type"], "json_schema");
+        assert_eq!(
+            q["response_format"]["json_schema"]["schema"]["required"],
+            json!(["files_changed", "failures", "key_findings"])
+        );
+    }
+    let titles: Vec<&Value> = requests.iter().filter(|q| is_title(q)).collect();
+    assert_eq!(titles.len(), 1, "one title, though it rambles");
+    assert_eq!(titles[0]["max_tokens"], TITLE_MAX_TOKENS);
+    assert_eq!(titles[0]["stop"], json!(["\n"]));
+    let title = r.store.session(id).unwrap().title.unwrap();
+    assert!(title.split_whitespace().count() <= 6, "{title}");
+    r.engine.shutdown(std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn on_one_slot_a_chat_request_never_waits_behind_a_background_request() {
+    let mock = MockLlm::start(&["--one-slot"]);
+    let r = rig_with(&mock.url, with_background(), 2000);
+    let id = untitled(&r);
+    // Every background call takes 3 s: a chat behind one would wait that long.
+    let slow = |text: &str| json!({"kind": "complete", "headers_delay_ms": 3000, "text": text});
+    let memory = r#"{"files_changed": [], "failures": [], "key_findings": ["x"]}"#;
+    mock.script(json!([
+        slow(memory),
+        slow("Slow Title"),
+        slow(memory),
+        slow(memory)
+    ]));
+    let in_service = |pick: fn(&Value) -> bool| {
+        mock.requests()
+            .iter()
+            .any(|q| pick(q) && q.get("_started_ms").is_some() && q.get("_ended_ms").is_none())
+    };
+    frames(r.engine.send(id, "first", None).unwrap());
+    wait_until("the distillation in service", || in_service(is_distill));
+    frames(r.engine.send(id, "second", None).unwrap());
+    wait_until("the title in service", || in_service(is_title));
+    frames(r.engine.send(id, "third", None).unwrap());
+    r.engine.shutdown(std::time::Duration::from_secs(10));
+
+    let requests = mock.requests();
+    let chats: Vec<&Value> = requests.iter().filter(|q| q["stream"] == true).collect();
+    let background: Vec<&Value> = requests.iter().filter(|q| q["stream"] != true).collect();
+    assert_eq!(chats.len(), 3);
+    for c in &chats {
+        let (arrived, started, ended) = (
+            ms(c, "_arrived_ms"),
+            ms(c, "_started_ms"),
+            ms(c, "_ended_ms"),
+        );
+        assert!(
+            started - arrived < 1000,
+            "a chat request was served {} ms after it arrived: {requests:#?}",
+            started - arrived
+        );
+        for b in &background {
+            let b_started = ms(b, "_started_ms");
+            assert!(
+                !(arrived..ended).contains(&b_started),
+                "a background request was served while a chat request waited or ran: \
+                 {requests:#?}"
+            );
+            if ms(b, "_arrived_ms") < arrived && ms(b, "_ended_ms") > arrived {
+                assert_eq!(
+                    b["_cancelled"], true,
+                    "a background call in service when a chat arrived is cancelled"
+                );
+            }
+        }
+    }
+    assert!(
+        background.iter().any(|b| b["_cancelled"] == true),
+        "the scenario cancelled something: {requests:#?}"
+    );
+}
+
+#[test]
+fn a_server_refusing_response_format_is_asked_without_it_once_and_from_then_on() {
+    let mock = MockLlm::start(&["--refuse-response-format"]);
+    let settings = EngineSettings {
+        titles: false,
+        ..with_background()
+    };
+    let r = rig_with(&mock.url, settings, 2000);
+    let id = untitled(&r);
+    turn_and_settle(&r, id, "one");
+    turn_and_settle(&r, id, "two");
+    let sent: Vec<bool> = mock
+        .requests()
+        .iter()
+        .filter(|q| is_distill(q))
+        .map(|q| q.get("response_format").is_some())
+        .collect();
+    assert_eq!(
+        sent,
+        vec![true, false, false],
+        "refused once, asked again without it, never sent to that model again"
+    );
+    let memories = crate::engine::kinds(&r.store, id)
+        .iter()
+        .filter(|k| *k == "turn_memory")
+        .count();
+    assert_eq!(memories, 2, "the prompt-only way still gives memory");
+    assert!(r.engine.paused("mock-model").is_empty());
+}
