@@ -103,6 +103,7 @@ pub fn compaction(summary: &str, through: u64) -> Payload {
         tokens_before: 100,
         tokens_after: 10,
         model: "m".into(),
+        method: brain::session::events::method::LLM.into(),
     })
 }
 

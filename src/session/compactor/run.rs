@@ -462,6 +462,7 @@ impl Compactor {
             tokens_before: plan.tokens_before,
             tokens_after: 0,
             model: summarizer.model(),
+            method: crate::session::events::method::LLM.into(),
         };
         let tokens_after = self.tokens_with(events, &payload);
         if tokens_after >= plan.tokens_before {

@@ -120,6 +120,7 @@ fn compacted(log: &Log, through: u64) -> Vec<Event> {
         tokens_before: 0,
         tokens_after: 0,
         model: "m".into(),
+        method: crate::session::events::method::LLM.into(),
     });
     events.push(Event {
         seq: events.len() as u64 + 1,
