@@ -10,6 +10,7 @@
 //! - [`summarise`] asks the summarizer (in chunks when the input is larger than its
 //!   window), refuses bad summaries, and records every call in the ledger.
 
+pub mod extract;
 pub mod run;
 pub mod summarise;
 
