@@ -20,3 +20,4 @@ mod store;
 mod support;
 mod terminal;
 mod transcript;
+mod weak_model;

@@ -173,6 +173,12 @@ impl MockLlm {
         self.post("_mock/script", steps);
     }
 
+    /// The step every later non-streamed request of a purpose (`summary`, `memory`,
+    /// `title`) gets when no queued step is for it.
+    pub fn defaults(&self, purposes: serde_json::Value) {
+        self.post("_mock/defaults", purposes);
+    }
+
     pub fn requests(&self) -> Vec<serde_json::Value> {
         self.get("_mock/requests")
             .as_array()
