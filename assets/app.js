@@ -132,9 +132,17 @@ function itemElement(item) {
       node = el('div', 'notice error', 'No answer: ' + item.code + ' — ' + item.message);
       break;
     case 'compaction': {
-      node = el('details', 'compaction');
-      node.append(el('summary', null, 'Earlier messages summarised · ' + tokens(item.tokens_before) + ' → ' + tokens(item.tokens_after) + ' tokens'));
-      node.append(markdown(item.summary));
+      // An extractive digest stands in when no model could summarise: say so on the divider.
+      const extractive = item.method === 'extractive';
+      node = el('details', extractive ? 'compaction extractive' : 'compaction');
+      const head = el('summary', null, (extractive ? 'Earlier messages condensed · ' : 'Earlier messages summarised · ')
+        + tokens(item.tokens_before) + ' → ' + tokens(item.tokens_after) + ' tokens');
+      if (extractive) {
+        const badge = el('span', 'badge', 'extractive digest');
+        badge.title = 'No summary could be written; this keeps the first sentence of each earlier message.';
+        head.append(' ', badge);
+      }
+      node.append(head, markdown(item.summary));
       break;
     }
     case 'title':

@@ -23,6 +23,11 @@
 //!   (a 200 whose body never ends: streamed, one `data:` line without a newline; not
 //!   streamed, a JSON completion whose content never closes), `endless_chunks` (a stream
 //!   of valid 64 KiB text chunks that never finishes).
+//! - `POST /_mock/defaults` `{"summary": {…}, "memory": {…}, "title": {…}}` (any of them):
+//!   the step a non-streamed request of that purpose gets when no queued step is for it,
+//!   for as long as the mock runs (a weak model: e.g. every summary cut at
+//!   `"finish_reason": "length"`, or `"status": 500`). The purpose is read from the system
+//!   prompt, as for the default answers.
 //! - Prompt-cache accounting: `cached_tokens` is the longest common prefix, in the mock's
 //!   whitespace tokens, between this prompt and any earlier one.
 //! - `GET /_mock/requests`: every chat request body received (with its `Authorization`
@@ -65,6 +70,8 @@ struct State {
     /// How listings answer once `models_fail` is used up: `ok`, `fail`, `hang`, `endless`.
     models_mode: String,
     chat_calls: u64,
+    /// Purpose (`summary`, `memory`, `title`) → the step its requests get by default.
+    defaults: serde_json::Map<String, Value>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -282,6 +289,12 @@ fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<
             lock(state).script.extend(steps);
             respond(&mut stream, 200, &json!({}))
         }
+        ("POST", "/_mock/defaults") => {
+            if let Value::Object(purposes) = body {
+                lock(state).defaults.extend(purposes);
+            }
+            respond(&mut stream, 200, &json!({}))
+        }
         ("GET", "/_mock/requests") => {
             let all = lock(state).requests.clone();
             respond(&mut stream, 200, &Value::Array(all))
@@ -298,6 +311,7 @@ fn handle(mut stream: TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result<
             s.requests.clear();
             s.prompts.clear();
             s.models_mode.clear();
+            s.defaults.clear();
             drop(s);
             respond(&mut stream, 200, &json!({}))
         }
@@ -398,6 +412,16 @@ fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
     }
     // Background work: what each kind of request expects.
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+    let purpose = if system.contains("JSON") {
+        "memory"
+    } else if system.contains("title") {
+        "title"
+    } else {
+        "summary"
+    };
+    if let Some(step) = lock(state).defaults.get(purpose) {
+        return step.clone();
+    }
     if options().weak {
         let ramble = if system.contains("JSON") {
             "Sure! The user asked something and the assistant answered it, which is a key finding."

@@ -108,6 +108,7 @@ fn session(
                         tokens_before: 100_000,
                         tokens_after: 100,
                         model: "bench".into(),
+                        method: brain::session::events::method::LLM.into(),
                     })
                 } else if seq % 2 == 1 {
                     Payload::UserMessage(UserMessage {

@@ -17,6 +17,10 @@ pub struct CompactReport {
     /// False when there was nothing to compact (too few live messages) or another
     /// compaction of the same snapshot landed first.
     pub compacted: bool,
+    /// How the summary was written (`llm`, or `extractive` when the summarizer failed),
+    /// when it compacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     /// The chat model's window, where it came from, and the compaction trigger.
     pub window: u64,
     pub window_source: String,
@@ -25,7 +29,7 @@ pub struct CompactReport {
 
 impl Engine {
     /// Compacts the session now. 409 while one of its attempts runs; a summarizer that
-    /// cannot answer is `Unavailable` (nothing is written).
+    /// cannot answer leaves an extractive digest instead.
     pub fn compact(&self, id: SessionId) -> Result<CompactReport, EngineError> {
         self.accepting()?;
         if self.turn_active(id) {
@@ -51,21 +55,23 @@ impl Engine {
         let interrupted = || inner.shutting_down().then_some(Interrupt::Shutdown);
         let bounds = Bounds::within(s.compaction_timeout, &interrupted);
         let outcome = inner.compactor.pass(id, budget, &summarizer, true, &bounds);
-        let (tokens_before, tokens_after, compacted) = match outcome {
+        let (tokens_before, tokens_after, method) = match outcome {
             Ok(PassOutcome::Compacted {
                 tokens_before,
                 tokens_after,
+                method,
                 ..
-            }) => (tokens_before, tokens_after, true),
+            }) => (tokens_before, tokens_after, Some(method)),
             Ok(_) | Err(CompactionError::Refused(_)) => {
-                (before, estimate().map_err(compaction_error)?, false)
+                (before, estimate().map_err(compaction_error)?, None)
             }
             Err(e) => return Err(compaction_error(e)),
         };
         Ok(CompactReport {
             tokens_before,
             tokens_after,
-            compacted,
+            compacted: method.is_some(),
+            method,
             window: window.tokens,
             window_source: window.source.to_owned(),
             trigger_tokens: budget.trigger_tokens(),

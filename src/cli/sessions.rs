@@ -12,6 +12,7 @@ use crate::api::views;
 use crate::chat::compact::CompactReport;
 use crate::chat::engine::{Engine, EngineError};
 use crate::provider::Provider;
+use crate::session::events::method;
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
 use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow, Store};
@@ -256,13 +257,21 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             replaces_through_seq,
             tokens_before,
             tokens_after,
-        } => (
-            format!(
-                "── compacted: #{replaces_through_seq} and before summarised, \
-                 {tokens_before} → {tokens_after} tokens ──"
-            ),
-            Some(summary),
-        ),
+            method: how,
+        } => {
+            let done = if how == method::LLM {
+                "summarised".to_owned()
+            } else {
+                format!("condensed to an {how} digest (no summary could be written)")
+            };
+            (
+                format!(
+                    "── compacted: #{replaces_through_seq} and before {done}, \
+                     {tokens_before} → {tokens_after} tokens ──"
+                ),
+                Some(summary),
+            )
+        }
         ItemBody::Title { title, by } => (format!("renamed to {title:?} ({by:?})"), None),
         ItemBody::Tool(t) => (
             format!("tool {} ({}): {}", t.name, t.call_id, t.status),
@@ -485,7 +494,15 @@ fn print_compaction(id: SessionId, r: &CompactReport, out: &mut dyn Write) -> Re
         r.window, r.window_source, r.trigger_tokens
     );
     if r.compacted {
-        writeln!(out, "compacted {id}: {before} → {after} tokens ({budget})")?;
+        // An extractive digest says so: the summarizer failed and a digest stands in.
+        let how = match r.method.as_deref() {
+            Some(m) if m != method::LLM => format!(", {m} digest"),
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "compacted {id}: {before} → {after} tokens ({budget}{how})"
+        )?;
     } else {
         writeln!(
             out,

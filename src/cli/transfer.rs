@@ -199,12 +199,20 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
                 replaces_through_seq,
                 tokens_before,
                 tokens_after,
-            } => writeln!(
-                out,
-                "---\n\n_Compacted: everything through #{replaces_through_seq} summarised \
+                method,
+            } => {
+                let done = if method == crate::session::events::method::LLM {
+                    "summarised".to_owned()
+                } else {
+                    format!("condensed to an {method} digest")
+                };
+                writeln!(
+                    out,
+                    "---\n\n_Compacted: everything through #{replaces_through_seq} {done} \
                      ({tokens_before} → {tokens_after} tokens):_\n\n{}\n\n---\n",
-                quote(summary)
-            )?,
+                    quote(summary)
+                )?
+            }
             ItemBody::Title { title, .. } => writeln!(out, "_Renamed to “{title}”_ · {at}\n")?,
             ItemBody::Tool(t) => writeln!(
                 out,

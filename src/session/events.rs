@@ -232,6 +232,24 @@ pub struct CompactionApplied {
     pub tokens_before: u64,
     pub tokens_after: u64,
     pub model: String,
+    /// How the summary was written: [`method::LLM`] or [`method::EXTRACTIVE`]. Events
+    /// written before the field existed were all LLM summaries. A string, not an enum, so
+    /// a method a newer brain writes still decodes (an unreadable compaction would put
+    /// everything it replaced back into the context).
+    #[serde(default = "method::llm")]
+    pub method: String,
+}
+
+/// The ways a compaction's summary is written (`compaction_applied.method`).
+pub mod method {
+    /// A summary written by the summarize model.
+    pub const LLM: &str = "llm";
+    /// A deterministic digest, written when no model could summarise.
+    pub const EXTRACTIVE: &str = "extractive";
+
+    pub(super) fn llm() -> String {
+        LLM.to_owned()
+    }
 }
 
 /// A known event's payload.
@@ -433,6 +451,7 @@ mod tests {
             tokens_before: 100,
             tokens_after: 10,
             model: "m".into(),
+            method: method::EXTRACTIVE.into(),
         }));
     }
 
@@ -521,5 +540,22 @@ mod tests {
             reasoning: None,
         });
         assert!(!checkpoint.cache_effect().touches_updated_at);
+    }
+
+    #[test]
+    fn a_compaction_written_before_method_existed_decodes_as_llm() {
+        let old = r#"{"summary":"s","replaces_through_seq":9,"tokens_before":100,"tokens_after":10,"model":"m"}"#;
+        let Decoded::Known(Payload::CompactionApplied(c)) =
+            Payload::decode(kind::COMPACTION_APPLIED, old)
+        else {
+            panic!("an old compaction no longer decodes")
+        };
+        assert_eq!(c.method, method::LLM);
+        // A method from a newer brain still decodes: the compaction keeps its boundary.
+        let newer = old.replace(r#""model":"m""#, r#""model":"m","method":"abstractive""#);
+        assert!(matches!(
+            Payload::decode(kind::COMPACTION_APPLIED, &newer),
+            Decoded::Known(Payload::CompactionApplied(c)) if c.method == "abstractive"
+        ));
     }
 }

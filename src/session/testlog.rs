@@ -96,6 +96,7 @@ impl Log {
             tokens_before: 100,
             tokens_after: 10,
             model: "m".into(),
+            method: crate::session::events::method::LLM.into(),
         }))
     }
 

@@ -49,9 +49,19 @@ function seed(file) {
     ['user_message', { text: 'And the budget?' }],
     ['pending_state', { turn: 5, attempt: 1, text: 'The budget is 40,000 eu' }],
   ].map(([kind, payload], i) => JSON.stringify({ session_id: id, seq: i + 1, kind, payload, created_at: at(i) }));
-  writeFileSync(file, lines.join('\n') + '\n');
+  // A session whose summarizer failed: its compaction is an extractive digest.
+  const digested = [
+    ['session_started', { title: 'Digested history', system: 'You are a test.' }],
+    ['user_message', { text: 'Where is the ferry?' }],
+    ['assistant_turn', { turn: 2, attempt: 1, text: 'At pier 4.', provider: 'mock', model: 'm', finish_reason: 'stop', usage: {}, duration_ms: 5 }],
+    ['compaction_applied', { summary: 'User: Where is the ferry?\nAssistant: At pier 4.', replaces_through_seq: 3, tokens_before: 700, tokens_after: 90, model: 'm', method: 'extractive' }],
+    ['user_message', { text: 'And when does it leave?' }],
+  ].map(([kind, payload], i) => JSON.stringify({ session_id: DIGESTED, seq: i + 1, kind, payload, created_at: at(i) }));
+  writeFileSync(file, lines.concat(digested).join('\n') + '\n');
   return id;
 }
+
+const DIGESTED = '01930000-0000-7000-8000-000000000002';
 
 before(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'brain-ui-'));
@@ -116,6 +126,23 @@ test('compaction dividers open to the summary and partials are marked', async ()
   await p.waitForSelector('.msg.interrupted .badge >> text=interrupted');
   await p.waitForSelector('.msg.interrupted >> text=The budget is 40,000 eu');
   assert.equal(await p.locator('.msg.assistant strong >> text=repaint').count(), 1, 'markdown is rendered');
+  await p.context().close();
+});
+
+test('an extractive compaction is marked on its divider', async () => {
+  const p = await page();
+  await p.goto(base + '/sessions/' + DIGESTED);
+  const divider = p.locator('details.compaction.extractive');
+  await divider.waitFor();
+  const head = await divider.locator('summary').innerText();
+  assert.match(head, /condensed · 700 → 90 tokens/);
+  assert.match(head, /extractive digest/);
+  await divider.locator('summary').click();
+  await p.waitForSelector('details.compaction.extractive .md >> text=At pier 4.');
+  // The summarised one is not marked.
+  await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+  await p.locator('details.compaction').waitFor();
+  assert.equal(await p.locator('details.compaction.extractive').count(), 0);
   await p.context().close();
 });
 

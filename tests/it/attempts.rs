@@ -312,13 +312,18 @@ fn compaction_by_hand_runs_whatever_the_backoff_and_not_during_a_turn() {
     let r = rig(&mock);
     let id = session(&r);
     history(&r, id, 600);
-    // A failed compaction starts the session's backoff.
-    mock.script(json!({"kind": "complete", "status": 500}));
-    let e = r.engine.compact(id).unwrap_err();
-    assert!(matches!(e, EngineError::Unavailable(_)), "{e:?}");
-    // The provider is back: by hand, it compacts at once.
+    // The summarizer fails twice (the second time asked for less): a digest stands in,
+    // and the session's backoff starts.
+    mock.script(json!([{"kind": "complete", "status": 500}, {"kind": "complete", "status": 500}]));
     let report = r.engine.compact(id).unwrap();
     assert!(report.compacted, "{report:?}");
+    assert_eq!(report.method.as_deref(), Some("extractive"));
+    assert_eq!(summarize_requests(&mock), 2);
+    // The provider is back: by hand, it summarises at once, over the digest.
+    let report = r.engine.compact(id).unwrap();
+    assert!(report.compacted, "{report:?}");
+    assert_eq!(report.method.as_deref(), Some("llm"));
+    assert_eq!(summarize_requests(&mock), 3);
     assert!(report.tokens_after < report.tokens_before, "{report:?}");
     // Not while a turn of the session runs (409).
     mock.script(json!({"kind": "stream", "hang": true}));

@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-use brain::session::events::TitledBy;
+use brain::session::events::{Payload, TitledBy};
 use serde_json::Value;
 
 use crate::support::*;
@@ -532,5 +532,44 @@ fn export_then_import_keeps_payloads_with_surrounding_whitespace_byte_for_byte()
     assert!(
         err.contains("line 2") && err.contains("second time"),
         "{err}"
+    );
+}
+
+#[test]
+fn show_says_when_a_compaction_is_an_extractive_digest() {
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    let u1 = store.append(id, &user("first question")).unwrap().seq;
+    let a1 = store
+        .append(id, &answer(u1, 1, "first answer"))
+        .unwrap()
+        .seq;
+    store.append(id, &compaction("an LLM summary", a1)).unwrap();
+    let u2 = store.append(id, &user("second question")).unwrap().seq;
+    let a2 = store
+        .append(id, &answer(u2, 1, "second answer"))
+        .unwrap()
+        .seq;
+    let Payload::CompactionApplied(mut digest) = compaction("User: second question", a2) else {
+        unreachable!()
+    };
+    digest.method = "extractive".into();
+    store
+        .append(id, &Payload::CompactionApplied(digest))
+        .unwrap();
+    drop(store);
+    let text = stdout_ok(&brain(&db, &["sessions", "show", &id.to_string()]));
+    let dividers: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("── compacted"))
+        .collect();
+    assert_eq!(dividers.len(), 2, "{text}");
+    assert!(dividers[0].contains("and before summarised,"), "{text}");
+    assert!(
+        dividers[1].contains(
+            "and before condensed to an extractive digest (no summary could be written),"
+        ),
+        "{text}"
     );
 }

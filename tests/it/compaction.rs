@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use brain::chat::summarizer::ProviderSummarizer;
 use brain::provider::{Provider, ProviderConfig};
 use brain::session::compactor::{
-    Bounds, Budget, CompactionError, Compactor, PassOutcome, Summarizer, SummaryError,
-    SummaryInput, SummaryOutput, never,
+    Bounds, Budget, CompactionError, Compactor, MIN_LIVE_MESSAGES, PassOutcome, Summarizer,
+    SummaryError, SummaryInput, SummaryOutput, never,
 };
-use brain::session::events::Usage;
+use brain::session::events::{CompactionApplied, Decoded, Payload, Usage, method};
 use brain::session::projection::{Role, llm_context};
 use brain::session::{SessionId, Store};
 use brain::tokens::Estimator;
@@ -200,6 +200,19 @@ fn tokens(store: &Store, id: SessionId) -> u64 {
         .total
 }
 
+/// The session's compactions, oldest first.
+fn compactions(store: &Store, id: SessionId) -> Vec<CompactionApplied> {
+    store
+        .events(id, 0, None)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e.decode() {
+            Decoded::Known(Payload::CompactionApplied(c)) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 fn budget(window: u64) -> Budget {
     Budget {
         window,
@@ -302,10 +315,8 @@ fn names_dates_numbers_reach_the_summarizer_and_survive_100_compactions() {
 }
 
 #[test]
-fn a_truncated_or_empty_summary_is_refused_and_nothing_is_appended() {
-    let (_db, store, c) = setup();
-    let id = session(&store, 6, 20);
-    let before = store.events(id, 0, None).unwrap().len();
+fn a_truncated_or_empty_summary_is_refused_asked_once_shorter_then_replaced_by_a_digest() {
+    let (_db, store, _) = setup();
     for reply in [
         SummaryOutput {
             text: "cut off mid".into(),
@@ -318,21 +329,54 @@ fn a_truncated_or_empty_summary_is_refused_and_nothing_is_appended() {
             usage: Usage::default(),
         },
     ] {
-        let c2 = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
+        let id = session(&store, 6, 20);
+        let before = tokens(&store, id);
+        let c = Compactor::new(Arc::clone(&store), Arc::new(Estimator::new()));
         let k = Keeper {
             reply: Some(reply),
             ..Keeper::new(8192)
         };
-        let e = c2.pass(id, budget(100), &k, false, &bounds()).unwrap_err();
-        assert!(matches!(e, CompactionError::BadSummary(_)), "{e:?}");
+        // A large window: the digest's cap does not cut it further than its half.
+        let out = c.pass(id, budget(100_000), &k, true, &bounds()).unwrap();
+        let PassOutcome::Compacted {
+            tokens_after,
+            method,
+            ..
+        } = out
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!(method, "extractive");
+        assert!(tokens_after < before);
+        assert_eq!(tokens(&store, id), tokens_after);
+        // Asked twice: the second time for half as many tokens, the target in the prompt.
+        let inputs = k.inputs.lock().unwrap().clone();
+        assert_eq!(inputs.len(), 2);
+        assert_eq!(inputs[1].max_tokens, inputs[0].max_tokens / 2);
+        assert_eq!(inputs[1].text, inputs[0].text);
+        let target = format!("at most {} words", inputs[1].max_tokens / 2);
+        assert!(inputs[1].system.contains(&target), "{}", inputs[1].system);
+        assert!(inputs[1].system.starts_with(&inputs[0].system));
+        // The refused summary is never stored; the digest keeps each message's opening.
+        let [c] = &compactions(&store, id)[..] else {
+            panic!("one compaction")
+        };
+        assert_eq!(c.method, method::EXTRACTIVE);
+        assert!(!c.summary.contains("cut off mid"));
+        let lines: Vec<&str> = c.summary.lines().collect();
+        assert!(
+            lines[1].starts_with("User: question 0: I promise"),
+            "{}",
+            c.summary
+        );
+        assert!(
+            lines[2].starts_with("Assistant: answer 0:"),
+            "{}",
+            c.summary
+        );
+        let rows = store.usage(Some(id)).unwrap().by_purpose["summarize"].calls;
+        assert_eq!(rows, 2, "both refused calls are in the ledger");
     }
-    let _ = c;
-    assert_eq!(store.events(id, 0, None).unwrap().len(), before);
-    assert_eq!(
-        store.usage(Some(id)).unwrap().total.calls,
-        2,
-        "refused calls are in the ledger"
-    );
 }
 
 #[test]
@@ -393,79 +437,86 @@ fn a_second_caller_waits_for_the_first_instead_of_duplicating_it() {
 }
 
 #[test]
-fn a_failing_summarizer_backs_off_and_only_fails_the_turn_over_the_limit() {
+fn a_failing_summarizer_is_asked_twice_then_digested_and_backed_off_from() {
     let (_db, store, c) = setup();
-    let id = session(&store, 6, 20);
+    let id = session(&store, 12, 20);
     let total = tokens(&store, id);
     let k = Keeper {
         fail: true,
         ..Keeper::new(8192)
     };
-    // Over the trigger but under the window: the turn goes on.
+    // Over the trigger but under the window: asked twice, then the digest.
     let roomy = budget(total + 10);
-    c.pre_send(id, roomy, &k, &bounds()).unwrap();
-    assert_eq!(k.calls(), 1);
-    let again = c.pass(id, roomy, &k, false, &bounds()).unwrap_err();
-    assert!(matches!(again, CompactionError::BackingOff(_)), "{again:?}");
-    assert_eq!(k.calls(), 1, "no retry storm");
-    c.pre_send(id, roomy, &k, &bounds()).unwrap();
-    c.post_persist(id, roomy, &k, &bounds()).unwrap_err();
-    assert_eq!(k.calls(), 1, "optional compactions respect the backoff");
-    // Over the window itself: the turn tries once whatever the backoff, and fails with
-    // context_overflow when that try fails too (I4).
-    let tight = budget(total / 2);
-    let e = c.pre_send(id, tight, &k, &bounds()).unwrap_err();
+    let out = c.pre_send(id, roomy, &k, &bounds()).unwrap();
     assert!(
-        matches!(e, CompactionError::ContextOverflow { .. }),
-        "{e:?}"
+        matches!(&out[0], PassOutcome::Compacted { method, .. } if method == "extractive"),
+        "{out:?}"
     );
     assert_eq!(k.calls(), 2);
+    // Optional compactions respect the backoff: no retry storm.
+    let grown = budget(tokens(&store, id));
+    let again = c.pass(id, grown, &k, false, &bounds()).unwrap_err();
+    assert!(matches!(again, CompactionError::BackingOff(_)), "{again:?}");
+    c.post_persist(id, grown, &k, &bounds()).unwrap_err();
+    c.pre_send(id, grown, &k, &bounds()).unwrap();
+    assert_eq!(k.calls(), 2, "optional compactions respect the backoff");
+    // A request that does not fit: the digest at once, without calling the summarizer
+    // that just failed, and the request fits (I4).
+    let tight = budget(tokens(&store, id) * 3 / 4);
+    let out = c.pre_send(id, tight, &k, &bounds()).unwrap();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, PassOutcome::Compacted { method, .. } if method == "extractive")),
+        "{out:?}"
+    );
+    assert_eq!(k.calls(), 2);
+    assert!(tokens(&store, id) <= tight.limit_tokens());
     assert_eq!(
         store.usage(Some(id)).unwrap().by_purpose["summarize"].calls,
         2
     );
+    let all = compactions(&store, id);
+    assert!(
+        all.iter().all(|c| c.method == method::EXTRACTIVE),
+        "{all:?}"
+    );
 }
 
 #[test]
-fn a_turn_that_must_compact_to_fit_tries_once_whatever_the_backoff() {
+fn by_hand_a_summarizer_that_is_back_summarises_over_a_digest_whatever_the_backoff() {
     let (_db, store, c) = setup();
-    let id = session(&store, 6, 20);
+    let id = session(&store, 12, 20);
     let total = tokens(&store, id);
     let down = Keeper {
         fail: true,
         ..Keeper::new(8192)
     };
-    // A failed optional compaction starts the backoff.
-    c.pre_send(id, budget(total + 10), &down, &bounds())
+    c.pass(id, budget(total + 10), &down, false, &bounds())
         .unwrap();
     assert!(matches!(
-        c.pass(id, budget(total + 10), &down, false, &bounds()),
+        c.pass(id, budget(total / 2), &down, false, &bounds()),
         Err(CompactionError::BackingOff(_))
     ));
-    // The provider is back; the next turn does not fit without a compaction: it compacts
-    // now instead of failing with context_overflow until the backoff runs out.
     let back = Keeper::new(8192);
-    let fit = budget(total * 9 / 10);
-    let out = c.pre_send(id, fit, &back, &bounds()).unwrap();
-    assert!(matches!(out[0], PassOutcome::Compacted { .. }), "{out:?}");
-    assert!(tokens(&store, id) <= fit.limit_tokens());
-}
-
-#[test]
-fn by_hand_a_compaction_runs_whatever_the_backoff() {
-    let (_db, store, c) = setup();
-    let id = session(&store, 6, 20);
-    let total = tokens(&store, id);
-    let down = Keeper {
-        fail: true,
-        ..Keeper::new(8192)
-    };
-    c.pre_send(id, budget(total + 10), &down, &bounds())
-        .unwrap();
-    let out = c
-        .pass(id, budget(100_000), &Keeper::new(8192), true, &bounds())
-        .unwrap();
-    assert!(matches!(out, PassOutcome::Compacted { .. }), "{out:?}");
+    let out = c.pass(id, budget(100_000), &back, true, &bounds()).unwrap();
+    assert!(
+        matches!(&out, PassOutcome::Compacted { method, .. } if method == "llm"),
+        "{out:?}"
+    );
+    // The previous digest is part of what is summarised.
+    let input = back.inputs.lock().unwrap()[0].clone();
+    assert!(
+        input.text.starts_with(
+            "User: [Summary of the conversation so far]\n(No summary could be written"
+        ),
+        "{}",
+        input.text
+    );
+    let all = compactions(&store, id);
+    assert_eq!(
+        all.iter().map(|c| c.method.as_str()).collect::<Vec<_>>(),
+        ["extractive", "llm"]
+    );
 }
 
 #[test]
@@ -550,6 +601,26 @@ proptest! {
             }
             Err(other) => prop_assert!(false, "{:?}", other),
         }
+    }
+
+    /// With a summarizer that always fails, a request that must compact still fits, by
+    /// digests, unless too few messages are left to cut (the last turns alone are larger
+    /// than the window); the summarizer is asked twice at most (then it backs off).
+    #[test]
+    fn pre_send_fits_by_digests_when_the_summarizer_always_fails(turns in 2usize..30, words in 1usize..120, window in 200u64..6000) {
+        let (_db, store, c) = setup();
+        let id = session(&store, turns, words);
+        let dead = Keeper { fail: true, ..Keeper::new(8192) };
+        let b = budget(window);
+        match c.pre_send(id, b, &dead, &bounds()) {
+            Ok(_) => prop_assert!(tokens(&store, id) <= b.limit_tokens()),
+            Err(CompactionError::ContextOverflow { .. }) => {
+                let live = llm_context(&store.events_for_context(id).unwrap()).messages.len();
+                prop_assert!(live < MIN_LIVE_MESSAGES, "{} live messages left", live);
+            }
+            Err(other) => prop_assert!(false, "{:?}", other),
+        }
+        prop_assert!(dead.calls() <= 2, "{} calls", dead.calls());
     }
 }
 
@@ -692,7 +763,7 @@ impl Summarizer for Slow {
 }
 
 #[test]
-fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call() {
+fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call_and_a_digest_ends_it() {
     let (_db, store, c) = setup();
     // Larger than the summarizer's window: several chunk calls, then one over them.
     let id = session(&store, 16, 60);
@@ -703,10 +774,13 @@ fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call() {
         calls: Mutex::new(0),
     };
     let bounds = Bounds::within(Duration::from_secs(4), &never);
-    let e = c
-        .pass(id, budget(100_000), &slow, true, &bounds)
-        .unwrap_err();
-    assert!(matches!(e, CompactionError::TimedOut(_)), "{e:?}");
+    let out = c.pass(id, budget(100_000), &slow, true, &bounds).unwrap();
+    // The deadline leaves no time for a shorter retry: the digest, at once.
+    assert!(
+        matches!(&out, PassOutcome::Compacted { method, .. } if method == "extractive"),
+        "{out:?}"
+    );
+    assert!(Instant::now() < bounds.until + Duration::from_secs(1));
     assert_eq!(
         *slow.calls.lock().unwrap(),
         2,
@@ -721,11 +795,10 @@ fn the_deadline_bounds_a_whole_compaction_not_each_summarizer_call() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(codes, [None, Some("provider_timeout".to_owned())]);
+    let all = compactions(&store, id);
+    assert_eq!(all.len(), 1);
     assert!(
-        !store
-            .events(id, 0, None)
-            .unwrap()
-            .iter()
-            .any(|e| e.kind == "compaction_applied")
+        !all[0].summary.contains("A short chunk summary"),
+        "the digest is of the messages, not of a chunk's summary"
     );
 }

@@ -21,3 +21,4 @@ mod store;
 mod support;
 mod terminal;
 mod transcript;
+mod weak_model;

@@ -103,6 +103,7 @@ pub fn compaction(summary: &str, through: u64) -> Payload {
         tokens_before: 100,
         tokens_after: 10,
         model: "m".into(),
+        method: brain::session::events::method::LLM.into(),
     })
 }
 
@@ -170,6 +171,12 @@ impl MockLlm {
     /// Queues scripted steps (see `examples/mock_llm.rs`).
     pub fn script(&self, steps: serde_json::Value) {
         self.post("_mock/script", steps);
+    }
+
+    /// The step every later non-streamed request of a purpose (`summary`, `memory`,
+    /// `title`) gets when no queued step is for it.
+    pub fn defaults(&self, purposes: serde_json::Value) {
+        self.post("_mock/defaults", purposes);
     }
 
     pub fn requests(&self) -> Vec<serde_json::Value> {

@@ -8,8 +8,13 @@
 //!   one deadline per compaction, cut short by `/stop` or shutdown, backing off after
 //!   failures.
 //! - [`summarise`] asks the summarizer (in chunks when the input is larger than its
-//!   window), refuses bad summaries, and records every call in the ledger.
+//!   window), refuses bad summaries and asks once more for a shorter one, and records every
+//!   call in the ledger.
+//! - [`extract`] is the fallback when no summary comes (pure): a digest of the summarised
+//!   messages within a budget, recorded with `method: "extractive"`, so a weak or absent
+//!   summarizer never ends a session.
 
+pub mod extract;
 pub mod run;
 pub mod summarise;
 

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::summarise::{Summarizer, summarise};
+use super::extract::{digest, digest_budget};
+use super::summarise::{SUMMARY_MAX_TOKENS_DIVISOR, Summarizer, summarise};
 use super::{Budget, Plan, Refusal, plan};
-use crate::session::events::{CompactionApplied, Event, Payload, SessionId, Usage, kind};
+use crate::session::events::{CompactionApplied, Event, Payload, SessionId, Usage, kind, method};
 use crate::session::projection::{Context, llm_context};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 use crate::session::{Store, StoreError};
@@ -129,30 +130,17 @@ pub enum CompactionError {
     Store(#[from] StoreError),
 }
 
-impl CompactionError {
-    /// Whether this is a failure worth backing off from (not a refusal to plan, not an
-    /// interruption).
-    fn is_failure(&self) -> bool {
-        matches!(
-            self,
-            CompactionError::BadSummary(_)
-                | CompactionError::Summarizer { .. }
-                | CompactionError::NoProgress { .. }
-                | CompactionError::TimedOut(_)
-        )
-    }
-}
-
 /// What a pass did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PassOutcome {
     /// The context was under the trigger: nothing to do.
     Fits { tokens: u64 },
-    /// A compaction was appended.
+    /// A compaction was appended, written by `method` (`llm` or `extractive`).
     Compacted {
         seq: u64,
         tokens_before: u64,
         tokens_after: u64,
+        method: String,
     },
     /// Someone else compacted the same snapshot first: nothing appended.
     Superseded,
@@ -185,6 +173,28 @@ struct SessionState {
     failures: u32,
     retry_at: Option<Instant>,
     running: bool,
+}
+
+/// What the summarizer's part in a compaction says about its backoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// It summarised.
+    Summarised,
+    /// It failed (twice: the second time asked for a shorter summary).
+    Failed,
+    /// It was not asked, or was cut short from outside.
+    None,
+}
+
+/// One planned compaction.
+struct Job<'a> {
+    id: SessionId,
+    /// The live events the plan was made from.
+    events: &'a [Event],
+    ctx: &'a Context,
+    plan: &'a Plan,
+    /// The most tokens a digest may have (as a summary's `max_tokens`).
+    cap: u64,
 }
 
 /// Runs compactions against one store, one at a time per session.
@@ -397,14 +407,24 @@ impl Compactor {
             });
         }
         let needed = mode.pre_send && budget.over_limit(tokens.total);
-        if !mode.force && !needed {
-            if let Some(left) = self.backing_off(id) {
-                return Err(CompactionError::BackingOff(left));
-            }
+        let backing_off = self.backing_off(id);
+        if let (false, false, Some(left)) = (mode.force, needed, backing_off) {
+            return Err(CompactionError::BackingOff(left));
         }
         let plan = plan(&ctx, &tokens)?;
-        let result = self.compact(id, &events, &ctx, &plan, summarizer, bounds);
-        self.settle(id, &result);
+        // A compaction the next request needs while the summarizer backs off after failing:
+        // the digest at once, without another call to a provider that just failed.
+        let ask = mode.force || backing_off.is_none();
+        let cap = (budget.window / SUMMARY_MAX_TOKENS_DIVISOR).max(1);
+        let job = Job {
+            id,
+            events: &events,
+            ctx: &ctx,
+            plan: &plan,
+            cap,
+        };
+        let (verdict, result) = self.compact(&job, summarizer, ask, bounds);
+        self.settle(id, verdict);
         result
     }
 
@@ -418,74 +438,130 @@ impl Compactor {
             .map(|at| at - now)
     }
 
-    /// A failure extends the backoff; a success clears it.
-    fn settle(&self, id: SessionId, result: &Result<PassOutcome, CompactionError>) {
+    /// A failed summarizer extends the backoff (even when a digest took its place); a
+    /// summary clears it; a compaction that did not ask leaves it as it is.
+    fn settle(&self, id: SessionId, verdict: Verdict) {
         let mut all = self.states();
         let state = all.entry(id).or_default();
-        match result {
-            Err(e) if e.is_failure() => {
+        match verdict {
+            Verdict::Failed => {
                 state.failures += 1;
                 let wait =
                     BACKOFF_START.saturating_mul(1 << state.failures.min(16).saturating_sub(1));
                 state.retry_at = Some(Instant::now() + wait.min(BACKOFF_MAX));
             }
-            Ok(_) => {
+            Verdict::Summarised => {
                 state.failures = 0;
                 state.retry_at = None;
             }
-            Err(_) => {}
+            Verdict::None => {}
         }
     }
 
+    /// Summarises with the summarizer when asked to, else or when it fails writes the
+    /// extractive digest, then appends if the newest compaction is still the planned one.
     fn compact(
         &self,
-        id: SessionId,
-        events: &[Event],
-        ctx: &Context,
-        plan: &Plan,
-        summarizer: &dyn Summarizer,
+        job: &Job<'_>,
+        s: &dyn Summarizer,
+        ask: bool,
         bounds: &Bounds<'_>,
-    ) -> Result<PassOutcome, CompactionError> {
-        let seen = newest_compaction_seq(events);
+    ) -> (Verdict, Result<PassOutcome, CompactionError>) {
+        if !ask {
+            return (Verdict::None, self.extractive(job, s));
+        }
         let summary = summarise(
-            &ctx.messages[..=plan.last],
-            summarizer,
+            &job.ctx.messages[..=job.plan.last],
+            s,
             bounds,
             &|usage, latency, err| {
-                self.record(id, summarizer, usage, latency, err);
+                self.record(job.id, s, usage, latency, err);
             },
-        )?;
-        // A summary that arrives after the turn was stopped is still good work: keep it.
+        );
+        let failure = match summary {
+            Ok(summary) => match self.prepared(job, summary, s.model(), method::LLM) {
+                Ok(payload) => return (Verdict::Summarised, self.append(job, payload)),
+                Err(e) => e,
+            },
+            // Cut short from outside, or the database failed: nothing more to do.
+            Err(e @ (CompactionError::Interrupted(_) | CompactionError::Store(_))) => {
+                return (Verdict::None, Err(e));
+            }
+            Err(e) => e,
+        };
+        log::warn!(
+            "session {}: no summary from {} ({failure}); writing an extractive digest instead",
+            job.id,
+            s.model()
+        );
+        (Verdict::Failed, self.extractive(job, s))
+    }
+
+    /// The compaction as a deterministic digest: no provider call, so it cannot fail for
+    /// lack of a model nor hang.
+    fn extractive(
+        &self,
+        job: &Job<'_>,
+        summarizer: &dyn Summarizer,
+    ) -> Result<PassOutcome, CompactionError> {
+        let no_progress = CompactionError::NoProgress {
+            before: job.plan.tokens_before,
+            after: job.plan.tokens_before,
+        };
+        let budget = digest_budget(job.plan.tokens_summarised, job.cap).ok_or(no_progress)?;
+        let summary = digest(&job.ctx.messages[..=job.plan.last], budget);
+        let payload = self.prepared(job, summary, summarizer.model(), method::EXTRACTIVE)?;
+        self.append(job, payload)
+    }
+
+    /// The compaction's payload, refused when it would not shrink the context.
+    fn prepared(
+        &self,
+        job: &Job<'_>,
+        summary: String,
+        model: String,
+        how: &str,
+    ) -> Result<CompactionApplied, CompactionError> {
         let payload = CompactionApplied {
             summary,
-            replaces_through_seq: plan.through_seq,
-            tokens_before: plan.tokens_before,
+            replaces_through_seq: job.plan.through_seq,
+            tokens_before: job.plan.tokens_before,
             tokens_after: 0,
-            model: summarizer.model(),
+            model,
+            method: how.to_owned(),
         };
-        let tokens_after = self.tokens_with(events, &payload);
-        if tokens_after >= plan.tokens_before {
+        let tokens_after = self.tokens_with(job.events, &payload);
+        if tokens_after >= job.plan.tokens_before {
             return Err(CompactionError::NoProgress {
-                before: plan.tokens_before,
+                before: job.plan.tokens_before,
                 after: tokens_after,
             });
         }
-        let payload = Payload::CompactionApplied(CompactionApplied {
+        Ok(CompactionApplied {
             tokens_after,
             ..payload
-        });
+        })
+    }
+
+    /// Compare-and-append: only if the newest compaction is still the one planned on. A
+    /// summary that arrives after the turn was stopped is still good work: it is kept.
+    fn append(&self, job: &Job<'_>, c: CompactionApplied) -> Result<PassOutcome, CompactionError> {
+        let seen = newest_compaction_seq(job.events);
+        let tokens_after = c.tokens_after;
+        let method = c.method.clone();
+        let payload = Payload::CompactionApplied(c);
         let appended = self.store.write(|w| {
-            // Compare-and-append: only if the newest compaction is still the one planned on.
-            if w.newest_compaction_seq(id)? != seen {
+            if w.newest_compaction_seq(job.id)? != seen {
                 return Ok(None);
             }
-            w.append(id, &payload).map(Some)
+            w.append(job.id, &payload).map(Some)
         })?;
         Ok(match appended {
             Some(e) => PassOutcome::Compacted {
                 seq: e.seq,
-                tokens_before: plan.tokens_before,
+                tokens_before: job.plan.tokens_before,
                 tokens_after,
+                method,
             },
             None => PassOutcome::Superseded,
         })

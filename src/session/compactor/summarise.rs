@@ -28,6 +28,20 @@ pub const MAX_CHUNK_LEVELS: usize = 4;
 /// The ledger's error code for a summarizer call cut by the compaction's deadline.
 pub const TIMED_OUT_CODE: &str = "provider_timeout";
 
+/// A summary that failed (truncated, empty, an error, a timeout) is asked for once more
+/// with its `max_tokens` divided by this, the smaller target stated in the prompt.
+pub const SHORTER_RETRY_DIVISOR: u64 = 2;
+
+/// The instructions of the shorter retry: the usual ones and a word target well inside
+/// `max_tokens` (a token is about three quarters of a word, and weak models overshoot).
+pub fn shorter_prompt(max_tokens: u64) -> String {
+    let words = (max_tokens / 2).max(1);
+    format!(
+        "{SUMMARY_SYSTEM_PROMPT} Be brief: at most {words} words, as a few short \
+         sentences; keep the facts, drop everything else."
+    )
+}
+
 /// What a summarizer is asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SummaryInput {
@@ -125,7 +139,37 @@ pub(super) fn summarise(
     ))
 }
 
+/// One summary of `text`; when it fails (not when it is interrupted), once more asking for
+/// a shorter one, if the deadline leaves time for it.
 fn summarise_one(
+    text: &str,
+    max_tokens: u64,
+    s: &dyn Summarizer,
+    bounds: &Bounds<'_>,
+    record: &Record<'_>,
+) -> Result<String, CompactionError> {
+    let first = ask(
+        SUMMARY_SYSTEM_PROMPT.to_owned(),
+        text,
+        max_tokens,
+        s,
+        bounds,
+        record,
+    );
+    match first {
+        Err(e @ (CompactionError::Interrupted(_) | CompactionError::Store(_))) => Err(e),
+        Err(e) if bounds.check().is_err() => Err(e),
+        Err(e) => {
+            log::info!("the summary failed ({e}); asking once more for a shorter one");
+            let shorter = (max_tokens / SHORTER_RETRY_DIVISOR).max(1);
+            ask(shorter_prompt(shorter), text, shorter, s, bounds, record)
+        }
+        ok => ok,
+    }
+}
+
+fn ask(
+    system: String,
     text: &str,
     max_tokens: u64,
     s: &dyn Summarizer,
@@ -135,7 +179,7 @@ fn summarise_one(
     // No call once the compaction is over its deadline or interrupted.
     bounds.check()?;
     let input = SummaryInput {
-        system: SUMMARY_SYSTEM_PROMPT.to_owned(),
+        system,
         text: text.to_owned(),
         max_tokens,
     };

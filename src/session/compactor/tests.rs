@@ -113,13 +113,18 @@ fn build(turns: &[(End, bool)]) -> Log {
 }
 
 fn compacted(log: &Log, through: u64) -> Vec<Event> {
+    compacted_with(log, through, "SUMMARY")
+}
+
+fn compacted_with(log: &Log, through: u64, summary: &str) -> Vec<Event> {
     let mut events = log.events.clone();
     let c = Payload::CompactionApplied(crate::session::events::CompactionApplied {
-        summary: "SUMMARY".into(),
+        summary: summary.into(),
         replaces_through_seq: through,
         tokens_before: 0,
         tokens_after: 0,
         model: "m".into(),
+        method: crate::session::events::method::LLM.into(),
     });
     events.push(Event {
         seq: events.len() as u64 + 1,
@@ -156,6 +161,69 @@ proptest! {
             if gone.content.starts_with("answer") || gone.content.starts_with("question") {
                 prop_assert!(!parts.contains(&gone.content.as_str()), "{} came back", gone.content);
             }
+        }
+    }
+
+    /// An extractive digest within its budget always shrinks the context, findings of the
+    /// summarised turns included, and the compaction after it can digest it again.
+    #[test]
+    fn an_extractive_digest_shrinks_the_context(
+        turns in proptest::collection::vec((end(), any::<bool>(), 0usize..60, any::<bool>()), 2..24),
+        cap in 1u64..600,
+    ) {
+        let mut log = Log::new("s");
+        for (i, (end, memory, words, _)) in turns.iter().enumerate() {
+            let filler = "and the weather was fine. ".repeat(*words);
+            let u = log.user(&format!("question {i}: {filler}"));
+            match end {
+                End::Answer | End::Partial(_) => {
+                    log.answer(u, 1, &format!("answer {i}: {filler}"));
+                    if *memory {
+                        log.memory(u, 1, &format!("finding {i}"));
+                    }
+                }
+                End::Failed => {
+                    log.failed(u, 1, "provider_error");
+                }
+                End::Killed => {}
+            }
+        }
+        let estimator = Estimator::new();
+        let mut events = log.events.clone();
+        for pass in 0..3 {
+            let ctx = llm_context(&events);
+            let tokens = estimator.context(&ctx);
+            let Ok(p) = plan(&ctx, &tokens) else {
+                return Ok(());
+            };
+            let Some(budget) = extract::digest_budget(p.tokens_summarised, cap) else {
+                return Ok(());
+            };
+            let digest = extract::digest(&ctx.messages[..=p.last], budget);
+            prop_assert!(crate::tokens::count(&digest) <= budget);
+            let summarised: String = ctx.messages[..=p.last].iter().map(|m| m.content.as_str()).collect();
+            for (i, (end, memory, _, _)) in turns.iter().enumerate() {
+                let finding = format!("finding {i}");
+                // Unless the oldest entries were dropped to fit (the first question is
+                // gone), or a digest is digested again (then it is one cut line).
+                let nothing_dropped = digest.contains("User: question 0");
+                if pass == 0 && nothing_dropped && matches!(end, End::Answer | End::Partial(_))
+                    && *memory && summarised.contains(&finding) {
+                    prop_assert!(digest.contains(&finding), "{} lost: {}", finding, digest);
+                }
+            }
+            let mut log = Log { events };
+            log.push(Payload::CompactionApplied(crate::session::events::CompactionApplied {
+                summary: digest,
+                replaces_through_seq: p.through_seq,
+                tokens_before: 0,
+                tokens_after: 0,
+                model: "m".into(),
+                method: crate::session::events::method::EXTRACTIVE.into(),
+            }));
+            events = log.events;
+            let after = estimator.context(&llm_context(&events)).total;
+            prop_assert!(after < tokens.total, "{} → {}", tokens.total, after);
         }
     }
 }

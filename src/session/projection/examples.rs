@@ -462,6 +462,42 @@ fn the_ui_shows_every_kind_in_order() {
 }
 
 #[test]
+fn a_compaction_item_says_how_its_summary_was_written() {
+    let mut log = Log::new("s");
+    let u1 = log.user("q1");
+    let a1 = log.answer(u1, 1, "a1");
+    // Written before `method` existed: an LLM summary.
+    log.raw(
+        kind::COMPACTION_APPLIED,
+        &format!(
+            r#"{{"summary":"old","replaces_through_seq":{a1},"tokens_before":9,"tokens_after":3,"model":"m"}}"#
+        ),
+    );
+    let u2 = log.user("q2");
+    let a2 = log.answer(u2, 1, "a2");
+    log.push(Payload::CompactionApplied(CompactionApplied {
+        summary: "User: q2".into(),
+        replaces_through_seq: a2,
+        tokens_before: 9,
+        tokens_after: 3,
+        model: "m".into(),
+        method: crate::session::events::method::EXTRACTIVE.into(),
+    }));
+    let json = serde_json::to_value(ui_transcript(&log.events, None)).unwrap();
+    let methods: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "compaction")
+        .map(|i| i["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["llm", "extractive"]);
+    // The model sees a digest like any summary.
+    let ctx = log.context();
+    assert_eq!(ctx.messages[0].content, format!("{SUMMARY_HEAD}\nUser: q2"));
+}
+
+#[test]
 fn the_tail_the_store_reads_projects_like_the_whole_log() {
     let mut log = Log::new("s");
     let u1 = log.user("q1");

@@ -312,6 +312,8 @@ pub enum ItemBody {
         replaces_through_seq: u64,
         tokens_before: u64,
         tokens_after: u64,
+        /// `llm`, or `extractive` when no model could summarise.
+        method: String,
     },
     Title {
         title: String,
@@ -427,6 +429,7 @@ fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
             replaces_through_seq: c.replaces_through_seq,
             tokens_before: c.tokens_before,
             tokens_after: c.tokens_after,
+            method: c.method.clone(),
         },
         Payload::SessionTitled(t) => ItemBody::Title {
             title: t.title.clone(),
