@@ -132,12 +132,14 @@ fn report(
         .map(|ms| Duration::from_millis(ms.max(0) as u64))
         .collect();
     let mut by_purpose = conn.prepare(
-        "SELECT purpose, COUNT(*), SUM(output_tokens), SUM(status != 'ok') \
+        "SELECT purpose, COUNT(*), SUM(output_tokens), \
+         group_concat(status || COALESCE('/' || error_code, ''), ', ') \
          FROM ledger GROUP BY purpose ORDER BY purpose",
     )?;
-    let rows: Vec<(String, i64, i64, i64)> = by_purpose
+    let rows: Vec<(String, i64, i64, String)> = by_purpose
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
         .filter_map(Result::ok)
+        .map(|(p, n, t, statuses): (String, i64, i64, String)| (p, n, t, tally(&statuses)))
         .collect();
     let compactions: Vec<String> = conn
         .prepare("SELECT payload FROM session_events WHERE kind = 'compaction_applied'")?
@@ -165,11 +167,24 @@ fn report(
         background_tokens as f64 / chat_tokens.max(1) as f64
     );
     println!("| compactions | {} {:?} |", compactions.len(), compactions);
-    for (purpose, calls, tokens, failed) in &rows {
-        println!("| {purpose} calls | {calls} ({failed} failed, {tokens} output tokens) |");
+    for (purpose, calls, tokens, statuses) in &rows {
+        println!("| {purpose} calls | {calls} ({statuses}; {tokens} output tokens) |");
     }
     if !failures.is_empty() {
         println!("\nturns not completed: {failures:?}");
     }
     Ok(())
+}
+
+/// "ok, error/x, ok" → "2 ok, 1 error/x".
+fn tally(statuses: &str) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for s in statuses.split(", ").filter(|s| !s.is_empty()) {
+        *counts.entry(s).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
