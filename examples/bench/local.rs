@@ -154,6 +154,12 @@ fn report(
         .collect();
     let chat_tokens: i64 = rows.iter().filter(|r| r.0 == "chat").map(|r| r.2).sum();
     let background_tokens: i64 = rows.iter().filter(|r| r.0 != "chat").map(|r| r.2).sum();
+    let (cached, uncached): (i64, i64) = conn.query_row(
+        "SELECT COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(input_tokens), 0) \
+         FROM ledger WHERE purpose = 'chat'",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let turn = median(turn_times);
     let chat = median(&mut chat_times);
     println!("| measure | value |");
@@ -167,6 +173,10 @@ fn report(
         background_tokens as f64 / chat_tokens.max(1) as f64
     );
     println!("| compactions | {} {:?} |", compactions.len(), compactions);
+    println!(
+        "| chat prompt tokens read from the provider's cache | {:.1}% |",
+        100.0 * cached as f64 / (cached + uncached).max(1) as f64
+    );
     for (purpose, calls, tokens, statuses) in &rows {
         println!("| {purpose} calls | {calls} ({statuses}; {tokens} output tokens) |");
     }

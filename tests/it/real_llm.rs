@@ -149,3 +149,80 @@ fn without_a_server_the_skip_is_visible_and_ci_fails() {
         crate::support::run_this_test(TEST, &[&unset[..], &[("CI", Some("1"))]].concat());
     assert!(!ok, "a missing server fails under CI: {out}");
 }
+
+/// Issue 15's conversation on a real local model: llama.cpp with one slot and a 1024-token
+/// window, 20 turns with background work on. Every turn completes (a weak summariser cannot
+/// end the conversation), at least one compaction is applied, and the chat request right
+/// after a compaction still reads part of its prompt from llama.cpp's cache.
+#[test]
+fn twenty_turns_on_a_real_small_model_and_a_small_window_all_complete() {
+    use std::sync::Arc;
+
+    use brain::chat::engine::{Engine, EngineSettings};
+    use brain::chat::frames::{EndStatus, Frame};
+
+    let Some(url) =
+        llama_url("real_llm::twenty_turns_on_a_real_small_model_and_a_small_window_all_complete")
+    else {
+        return;
+    };
+    let db = crate::support::TempDb::new();
+    let store = Arc::new(db.open());
+    let mut cfg = ProviderConfig::new(&url);
+    cfg.first_token_timeout = Duration::from_secs(120);
+    cfg.idle_timeout = Duration::from_secs(60);
+    let settings = EngineSettings {
+        context_window: Some(1024),
+        max_output_tokens: Some(60),
+        temperature: Some(0.0),
+        ..EngineSettings::default()
+    };
+    let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
+    let id = store
+        .create_session(None, "You are a helpful assistant.".into())
+        .expect("session")
+        .id;
+    for i in 0..20 {
+        let frames: Vec<Frame> = engine
+            .send(
+                id,
+                &format!("Question {i}: tell me one fact about the number {i}."),
+                None,
+            )
+            .expect("send")
+            .collect();
+        match frames.last() {
+            Some(Frame::End { status, .. }) => {
+                assert_eq!(*status, EndStatus::Completed, "turn {i}: {frames:?}")
+            }
+            other => panic!("turn {i} did not end: {other:?}"),
+        }
+    }
+    engine.shutdown(Duration::from_secs(10));
+    // Underneath: the log's compactions and the ledger's chat calls, in order.
+    let raw = db.raw();
+    let compaction_seqs: Vec<i64> = raw
+        .prepare("SELECT seq FROM session_events WHERE kind = 'compaction_applied' ORDER BY seq")
+        .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+        .expect("compactions");
+    assert!(!compaction_seqs.is_empty(), "at least one compaction");
+    let first_compaction_at: String = raw
+        .query_row(
+            "SELECT created_at FROM session_events WHERE kind = 'compaction_applied' ORDER BY seq LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("its time");
+    let (cached, input): (i64, i64) = raw
+        .query_row(
+            "SELECT cache_read_tokens, input_tokens FROM ledger WHERE purpose = 'chat' \
+             AND status = 'ok' AND created_at > ?1 ORDER BY id LIMIT 1",
+            [&first_compaction_at],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("a chat call after the compaction");
+    assert!(
+        cached > 0,
+        "the request after a compaction still hits the prompt cache ({cached} cached, {input} not)"
+    );
+}
