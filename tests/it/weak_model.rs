@@ -139,3 +139,61 @@ fn forty_turns_on_a_small_window_when_every_summary_is_cut_at_its_limit() {
 fn forty_turns_on_a_small_window_when_the_provider_fails_every_summary() {
     forty_turns_survive(json!({"status": 500}));
 }
+
+/// A rig on a 1024-token window with a large output reserve, no background calls.
+fn reserved_rig(mock: &MockLlm, compact_at: f64, reserve: u32) -> Rig {
+    let settings = EngineSettings {
+        context_window: Some(WINDOW),
+        max_output_tokens: Some(reserve),
+        compact_at,
+        distill: false,
+        titles: false,
+        ..EngineSettings::default()
+    };
+    rig_with(&mock.url, settings, 1000)
+}
+
+/// An output reserve larger than the headroom above the trigger (limit 724 under a
+/// trigger of 921): contexts between the two were never compacted and every turn failed
+/// with `context_overflow` until the trigger was passed.
+#[test]
+fn a_reserve_above_the_trigger_headroom_still_compacts_before_overflowing() {
+    let mock = MockLlm::start(&[]);
+    let r = reserved_rig(&mock, 0.9, 300);
+    let id = session(&r);
+    for i in 0..12 {
+        let message = format!("message {i}: {}", words(60, i));
+        let f = frames(r.engine.send(id, &message, None).unwrap());
+        assert_eq!(end(&f).0, EndStatus::Completed, "turn {i}: {f:?}");
+    }
+    assert!(!compactions(&r, id).is_empty(), "it compacted instead");
+}
+
+/// A long answer, then a long paste: three live messages, none over the limit, together
+/// over it. Summarising the first question and its answer makes room; the floor of four
+/// live messages refused it and the turn failed.
+#[test]
+fn three_live_messages_over_the_limit_are_compacted_not_refused() {
+    let mock = MockLlm::start(&[]);
+    let r = reserved_rig(&mock, 0.6, 300);
+    let id = session(&r);
+    let long_answer = json!({"kind": "stream", "text": words(280, 7)});
+    let f = turn_with(&mock, &r, id, long_answer);
+    assert_eq!(end(&f).0, EndStatus::Completed);
+    let paste = format!("Here is my build log:\n{}", words(520, 8));
+    let f = frames(r.engine.send(id, &paste, None).unwrap());
+    assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
+    assert_eq!(compactions(&r, id).len(), 1);
+}
+
+/// `n` words, different for each seed.
+fn words(n: usize, seed: usize) -> String {
+    const W: [&str; 16] = [
+        "river", "garden", "budget", "window", "letter", "morning", "station", "number", "planet",
+        "market", "pencil", "winter", "castle", "bridge", "summer", "doctor",
+    ];
+    (0..n)
+        .map(|i| W[(i * 7 + seed * 3 + i / 5) % 16])
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -41,8 +41,11 @@ pub struct Budget {
 
 impl Budget {
     /// Above this estimate a compaction is due.
+    /// `compact_at` × window, but never above the hard limit: an output reserve larger than
+    /// the headroom above the trigger would otherwise leave contexts between the two never
+    /// compacted and failing with `context_overflow` (I4).
     pub fn trigger_tokens(&self) -> u64 {
-        ((self.window as f64) * self.compact_at) as u64
+        (((self.window as f64) * self.compact_at) as u64).min(self.limit_tokens())
     }
 
     /// No request may exceed this (I4).
@@ -75,7 +78,7 @@ pub struct Plan {
 /// Why no plan can be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error("only {0} live messages (a compaction needs at least {MIN_LIVE_MESSAGES})")]
+    #[error("only {0} live messages (too few to compact)")]
     TooFewMessages(usize),
     #[error("no assistant message to cut after in the older half")]
     NoBoundary,
@@ -85,8 +88,23 @@ pub enum Refusal {
 /// of the live messages, cut right after an assistant message so the summarised part
 /// never ends on an unanswered user message, and the newest message always stays.
 pub fn plan(ctx: &Context, tokens: &ContextTokens) -> Result<Plan, Refusal> {
+    plan_with_floor(ctx, tokens, MIN_LIVE_MESSAGES)
+}
+
+/// The fewest live messages a compaction the next request *needs* (over the hard limit)
+/// works on: an answer and the question before it can be summarised while the new message
+/// stays, so only one message alone over the budget can still overflow (issue 15). SPEC §5's
+/// floor of 4 stays for optional compactions.
+pub const MIN_LIVE_MESSAGES_TO_FIT: usize = 3;
+
+/// [`plan`] with another floor on the live messages.
+pub fn plan_with_floor(
+    ctx: &Context,
+    tokens: &ContextTokens,
+    min_live: usize,
+) -> Result<Plan, Refusal> {
     let n = ctx.messages.len();
-    if n < MIN_LIVE_MESSAGES {
+    if n < min_live.max(MIN_LIVE_MESSAGES_TO_FIT) {
         return Err(Refusal::TooFewMessages(n));
     }
     let half = n / 2;

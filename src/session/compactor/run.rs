@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::extract::{digest, digest_budget};
 use super::summarise::{SUMMARY_MAX_TOKENS_DIVISOR, Summarizer, summarise};
-use super::{Budget, Plan, Refusal, plan};
+use super::{Budget, MIN_LIVE_MESSAGES, MIN_LIVE_MESSAGES_TO_FIT, Plan, Refusal, plan_with_floor};
 use crate::session::events::{CompactionApplied, Event, Payload, SessionId, Usage, kind, method};
 use crate::session::projection::{Context, llm_context};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
@@ -411,7 +411,12 @@ impl Compactor {
         if let (false, false, Some(left)) = (mode.force, needed, backing_off) {
             return Err(CompactionError::BackingOff(left));
         }
-        let plan = plan(&ctx, &tokens)?;
+        let floor = if needed {
+            MIN_LIVE_MESSAGES_TO_FIT
+        } else {
+            MIN_LIVE_MESSAGES
+        };
+        let plan = plan_with_floor(&ctx, &tokens, floor)?;
         // A compaction the next request needs while the summarizer backs off after failing:
         // the digest at once, without another call to a provider that just failed.
         let ask = mode.force || backing_off.is_none();
