@@ -2,16 +2,17 @@
 //!
 //! The provider's whole-completion call blocks until it answers or its timeout passes, so
 //! it runs on a short-lived thread of its own while the compaction's caller watches its
-//! [`Bounds`]: a `/stop`, a shutdown or the compaction's deadline end the wait at once. An
-//! abandoned call's thread ends by its own timeout (the compaction's time left), so a hung
-//! summariser holds at most one thread for at most that long.
+//! [`Bounds`]: a `/stop`, a shutdown or the compaction's deadline end the wait at once,
+//! and cancel the call itself (its connection is closed, so a one-slot llama.cpp is free
+//! for the next turn at once instead of finishing a summary nobody will read).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 
 use super::engine::{Inner, STOP_POLL};
-use crate::provider::{ChatRequest, ChatRole, Completion, Provider, ProviderError};
+use crate::provider::{ChatRequest, ChatRole, Completion, Provider, ProviderError, Shape};
 use crate::session::compactor::{Bounds, Summarizer, SummaryError, SummaryInput, SummaryOutput};
 
 /// The summarize model of a provider, with its window.
@@ -52,11 +53,15 @@ impl Summarizer for ProviderSummarizer {
         }
         let (tx, rx) = mpsc::channel();
         let provider = Arc::clone(&self.provider);
+        // Whatever ends the wait below without an answer also ends the call.
+        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+        let flag = Arc::clone(&cancel.0);
         thread::Builder::new()
             .name("brain-summarize".into())
             .spawn(move || {
+                let answer = provider.complete_shaped(&req, &Shape::default(), timeout, &flag);
                 // The receiver may be gone (the compaction was cut short): nothing to do.
-                let _ = tx.send(provider.complete(&req, timeout));
+                let _ = tx.send(answer);
             })
             .map_err(|e| SummaryError::Failed {
                 code: "internal".into(),
@@ -80,6 +85,16 @@ impl Summarizer for ProviderSummarizer {
                 }
             }
         }
+    }
+}
+
+/// Sets its flag when dropped: the summarizer call is cancelled on every way out of the
+/// wait (after an answer it no longer matters).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

@@ -173,3 +173,53 @@ fn a_server_refusing_response_format_is_asked_without_it_once_and_from_then_on()
     assert_eq!(memories, 2, "the prompt-only way still gives memory");
     assert!(r.engine.paused("mock-model").is_empty());
 }
+
+/// `/stop` during a pre-send compaction closes the summary's connection, so a one-slot
+/// server is free for the next turn at once (the summary used to run to its end while the
+/// next turn queued behind it).
+#[test]
+fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
+    use brain::chat::frames::EndStatus;
+    let mock = MockLlm::start(&["--one-slot"]);
+    let settings = EngineSettings {
+        context_window: Some(400),
+        distill: false,
+        titles: false,
+        ..EngineSettings::default()
+    };
+    let r = rig_with(&mock.url, settings, 1000);
+    let id = r
+        .store
+        .create_session(Some("t".into()), "You are a test.".into())
+        .unwrap()
+        .id;
+    for i in 0..2 {
+        let f = frames(
+            r.engine
+                .send(id, &format!("{i} {}", "word ".repeat(40)), None)
+                .unwrap(),
+        );
+        assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
+    }
+    mock.defaults(json!({"summary": {"headers_delay_ms": 20_000}}));
+    let before = mock.requests().len();
+    let sub = r
+        .engine
+        .send(id, &format!("again {}", "word ".repeat(150)), None)
+        .unwrap();
+    let in_service = || {
+        mock.requests().iter().skip(before).position(|q| {
+            q["stream"] != true && q.get("_started_ms").is_some() && q.get("_ended_ms").is_none()
+        })
+    };
+    wait_until("a summary in service", || in_service().is_some());
+    let at = before + in_service().unwrap();
+    r.engine.stop(id).unwrap();
+    frames(sub);
+    wait_until("the summary's connection closed", || {
+        mock.requests()[at]["_cancelled"] == true
+    });
+    mock.defaults(json!({"summary": {"text": "A short summary."}}));
+    let f = frames(r.engine.send(id, "short one", None).unwrap());
+    assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
+}
