@@ -364,6 +364,11 @@ fn distill(
 /// A title from a model's reply: its first line, unquoted, at most 6 words and 80 chars.
 pub fn clean_title(reply: &str) -> Option<String> {
     let line = reply.lines().map(str::trim).find(|l| !l.is_empty())?;
+    // "Sure! Here is a title for this conversation:" announces a title, it is not one (a
+    // weak model's preamble, cut at the newline `stop`): unusable, so the breaker counts it.
+    if line.ends_with(':') {
+        return None;
+    }
     let line = line
         .trim_start_matches(['#', '*', ' '])
         .trim_start_matches("Title:")
@@ -445,6 +450,18 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preamble_is_not_a_title() {
+        assert_eq!(
+            clean_title("Sure! Here is a title for this conversation:"),
+            None
+        );
+        assert_eq!(
+            clean_title("Title: Boiling eggs"),
+            Some("Boiling eggs".into())
+        );
+    }
 
     #[test]
     fn titles_lose_control_and_invisible_characters() {

@@ -127,6 +127,13 @@ fn lead_entry(role: Role, text: &str) -> Option<Entry> {
         let earlier = earlier.trim_start();
         let earlier = earlier.strip_prefix(DIGEST_HEAD).unwrap_or(earlier);
         let flat = earlier.split_whitespace().collect::<Vec<_>>().join(" ");
+        // A digest of a digest: one "Earlier" label, not one more per generation (the
+        // labels would fill the share meant for what came before).
+        let mut flat = flat.as_str();
+        while let Some(rest) = flat.strip_prefix("Earlier:") {
+            flat = rest.trim_start();
+        }
+        let flat = flat.to_owned();
         return (!flat.is_empty()).then_some(Entry {
             label: "Earlier",
             text: flat,
@@ -338,5 +345,15 @@ mod tests {
                 prop_assert_eq!(got, labels);
             }
         }
+    }
+
+    #[test]
+    fn a_digest_of_digests_keeps_one_earlier_label() {
+        let text = format!("{SUMMARY_HEAD}\nEarlier: Earlier: Earlier: User: the first question.");
+        let e = lead_entry(Role::User, &text).unwrap();
+        assert_eq!(
+            (e.label, e.text.as_str()),
+            ("Earlier", "User: the first question.")
+        );
     }
 }
