@@ -201,7 +201,7 @@ fn tokens(store: &Store, id: SessionId) -> u64 {
 }
 
 /// The session's compactions, oldest first.
-fn compactions(store: &Store, id: SessionId) -> Vec<CompactionApplied> {
+pub(crate) fn compactions(store: &Store, id: SessionId) -> Vec<CompactionApplied> {
     store
         .events(id, 0, None)
         .unwrap()

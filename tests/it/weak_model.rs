@@ -6,7 +6,7 @@
 use brain::chat::engine::EngineSettings;
 use brain::chat::frames::EndStatus;
 use brain::session::SessionId;
-use brain::session::events::{CompactionApplied, Decoded, Payload, method};
+use brain::session::events::{CompactionApplied, method};
 use brain::tokens::Estimator;
 use serde_json::{Value, json};
 
@@ -18,15 +18,7 @@ const MAX_OUTPUT: u32 = 60;
 const TURNS: usize = 40;
 
 fn compactions(r: &Rig, id: SessionId) -> Vec<CompactionApplied> {
-    r.store
-        .events(id, 0, None)
-        .unwrap()
-        .iter()
-        .filter_map(|e| match e.decode() {
-            Decoded::Known(Payload::CompactionApplied(c)) => Some(c),
-            _ => None,
-        })
-        .collect()
+    crate::compaction::compactions(&r.store, id)
 }
 
 fn turn_memories(r: &Rig, id: SessionId) -> usize {
