@@ -341,7 +341,10 @@ mod tests {
                 .filter_map(|l| l.split_once(": ").map(|(label, _)| label))
                 .collect();
             prop_assert!(labels.ends_with(&got), "{:?} is not the end of {:?}", got, labels);
-            if budget >= 200 && labels.len() <= 8 {
+            // A line is cut by characters; text of 2+ tokens a character (rare scripts)
+            // may still need the oldest line dropped, which the budget check above covers.
+            let ascii = ms.iter().all(|m| m.content.is_ascii());
+            if budget >= 200 && labels.len() <= 8 && ascii {
                 prop_assert_eq!(got, labels);
             }
         }
