@@ -34,6 +34,12 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// work (SQLite, JSON) is shallow, so 512 KiB is ample and 256 connections stay cheap.
 pub const CONNECTION_STACK_BYTES: usize = 512 * 1024;
 
+/// How long `stop_accepting` tries to reach its own listener to wake the accept loop.
+const WAKE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long `stop` gives open connections (streams writing their last frames) to end.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// How often `close` looks whether the connections have ended.
 const CLOSE_POLL: Duration = Duration::from_millis(20);
 
@@ -280,7 +286,7 @@ impl Running {
         if let Some(acceptor) = self.acceptor.take() {
             // Wake the blocking accept with a connection of our own. Should that fail (no
             // descriptor left), the thread is left to the process's exit, not waited for.
-            let woke = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1));
+            let woke = TcpStream::connect_timeout(&wake_addr(self.addr), WAKE_CONNECT_TIMEOUT);
             if woke.is_ok() {
                 let _ = acceptor.join();
             }
@@ -303,7 +309,7 @@ impl Running {
 
     /// Stops the server: no new connections, open ones closed after a short grace.
     pub fn stop(mut self) {
-        self.close(Duration::from_secs(1));
+        self.close(STOP_GRACE);
     }
 }
 

@@ -27,6 +27,9 @@ use std::path::{Path, PathBuf};
 /// (its previous owner removed it on exit): each retry means another process made progress.
 const LOCK_REOPEN_ATTEMPTS: usize = 16;
 
+/// The most of a lock file read for its note (a URL and a line about its holder).
+const MAX_NOTE_BYTES: u64 = 4096;
+
 /// The lock file beside a database.
 pub fn lock_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -277,7 +280,7 @@ fn still_at(_file: &File, _path: &Path) -> bool {
 fn read_holder(file: &File) -> Holder {
     let mut text = String::new();
     // A note is two short lines; a bigger file is not ours to trust.
-    match Read::take(file, 4096).read_to_string(&mut text) {
+    match Read::take(file, MAX_NOTE_BYTES).read_to_string(&mut text) {
         Ok(_) => Holder::parse(&text),
         Err(_) => Holder::default(),
     }

@@ -243,21 +243,7 @@ fn show_prints_the_transcript_and_what_the_model_would_be_sent() {
 fn compact_by_hand_prints_tokens_before_and_after() {
     let mock = crate::support::MockLlm::start(&[]);
     let db = TempDb::new();
-    let store = db.open();
-    let id = store.create_session(None, "sys".into()).unwrap().id;
-    for i in 0..6 {
-        let u = store
-            .append(id, &user(&format!("question {i}: {}", "words ".repeat(40))))
-            .unwrap()
-            .seq;
-        store
-            .append(
-                id,
-                &answer(u, 1, &format!("answer {i}: {}", "more ".repeat(40))),
-            )
-            .unwrap();
-    }
-    drop(store);
+    let id = six_turns(&db);
     mock.script(serde_json::json!({"text": "They asked six questions."}));
     let sid = id.to_string();
     let out = stdout_ok(&brain(
