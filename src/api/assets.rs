@@ -10,25 +10,64 @@ form-action 'self'; frame-ancestors 'none'";
 
 pub const INDEX_HTML: &str = include_str!("../../assets/index.html");
 
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// One row of [`FILES`]: the file's name under `assets/`, embedded.
+macro_rules! asset {
+    ($name:literal, $kind:expr) => {
+        ($name, include_str!(concat!("../../assets/", $name)), $kind)
+    };
+}
+
+/// Every file under `/assets/`: its name, content and content type. The UI's own script is
+/// ES modules (`app.js` imports `js/*.js`), loaded by the browser without a build step.
+const FILES: &[(&str, &str, &str)] = &[
+    asset!("app.js", JS),
+    asset!("app.css", CSS),
+    asset!("js/api.js", JS),
+    asset!("js/dom.js", JS),
+    asset!("js/render.js", JS),
+    asset!("js/session.js", JS),
+    asset!("js/sessions.js", JS),
+    asset!("vendor/marked.umd.js", JS),
+    asset!("vendor/purify.min.js", JS),
+];
+
 /// A file under `/assets/` and its content type.
 pub fn find(name: &str) -> Option<(&'static str, &'static str)> {
-    Some(match name {
-        "app.js" => (
-            include_str!("../../assets/app.js"),
-            "text/javascript; charset=utf-8",
-        ),
-        "app.css" => (
-            include_str!("../../assets/app.css"),
-            "text/css; charset=utf-8",
-        ),
-        "vendor/marked.umd.js" => (
-            include_str!("../../assets/vendor/marked.umd.js"),
-            "text/javascript; charset=utf-8",
-        ),
-        "vendor/purify.min.js" => (
-            include_str!("../../assets/vendor/purify.min.js"),
-            "text/javascript; charset=utf-8",
-        ),
-        _ => return None,
-    })
+    FILES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, body, kind)| (*body, *kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every module the page imports is served, so a missing table row is a test failure
+    /// rather than a blank page.
+    #[test]
+    fn every_imported_module_is_served() {
+        for (name, body, kind) in FILES {
+            if *kind != JS {
+                continue;
+            }
+            let dir = name.rsplit_once('/').map_or("", |(d, _)| d);
+            for line in body.lines().filter(|l| l.starts_with("import ")) {
+                let Some(from) = line.split(['\'', '"']).nth(1) else {
+                    continue;
+                };
+                let rel = from.trim_start_matches("./");
+                let path = if dir.is_empty() {
+                    rel.to_owned()
+                } else {
+                    format!("{dir}/{rel}")
+                };
+                assert!(find(&path).is_some(), "{name} imports {from}, not served");
+            }
+        }
+        assert!(INDEX_HTML.contains("src=\"/assets/app.js\" type=\"module\""));
+    }
 }

@@ -1,44 +1,14 @@
 // brain's web UI in a real headless Chromium, against the real binary and mock_llm.
 // Run by `cargo test` (tests/it/browser.rs passes the binaries' paths) once
 // .ci/browser-deps has installed Chromium and playwright-core.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
-
-const root = resolve(import.meta.dirname, '..', '..');
-const target = process.env.CARGO_TARGET_DIR || join(root, 'target');
-const brainBin = process.env.BRAIN_BIN || join(target, 'debug', 'brain');
-const mockBin = process.env.MOCK_BIN || join(target, 'debug', 'examples', 'mock_llm');
-const shots = process.env.SCREENSHOT_DIR || join(target, 'screenshots');
-const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const children = [];
-let browser, base, mockUrl, db;
-
-function firstLine(child) {
-  return new Promise((ok, fail) => {
-    const rl = createInterface({ input: child.stdout });
-    rl.once('line', ok);
-    child.once('exit', (code) => fail(new Error('exited with ' + code)));
-  });
-}
-
-async function start(bin, args) {
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  return firstLine(child);
-}
-
-async function mock(step) {
-  await fetch(mockUrl.replace(/\/v1$/, '') + '/_mock/script', { method: 'POST', body: JSON.stringify(step) });
-}
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { harness, ask, shots } from './harness.mjs';
 
 // A session with a compaction and an interrupted partial, imported before the server starts.
-function seed(file) {
+function seed() {
   const id = '01930000-0000-7000-8000-000000000001';
   const at = (s) => `2026-11-30T10:00:${String(s).padStart(2, '0')}.000000Z`;
   const lines = [
@@ -57,49 +27,18 @@ function seed(file) {
     ['compaction_applied', { summary: 'User: Where is the ferry?\nAssistant: At pier 4.', replaces_through_seq: 3, tokens_before: 700, tokens_after: 90, model: 'm', method: 'extractive' }],
     ['user_message', { text: 'And when does it leave?' }],
   ].map(([kind, payload], i) => JSON.stringify({ session_id: DIGESTED, seq: i + 1, kind, payload, created_at: at(i) }));
-  writeFileSync(file, lines.concat(digested).join('\n') + '\n');
-  return id;
+  return lines.concat(digested);
 }
 
 const DIGESTED = '01930000-0000-7000-8000-000000000002';
 
-before(async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'brain-ui-'));
-  db = join(dir, 'brain.db');
-  const seedFile = join(dir, 'seed.jsonl');
-  seed(seedFile);
-  execFileSync(brainBin, ['--db', db, 'sessions', 'import', seedFile]);
-  mockUrl = (await start(mockBin, ['--port', '0'])).split(' ').pop();
-  const line = await start(brainBin, ['--db', db, 'serve', '--listen', '127.0.0.1:0', '--provider-url', mockUrl, '--distill', 'off']);
-  base = line.split(' ')[2];
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-});
-
-after(async () => {
-  if (browser) await browser.close();
-  for (const c of children) c.kill('SIGKILL');
-});
-
-async function page(colorScheme = 'light') {
-  const context = await browser.newContext({ colorScheme, viewport: { width: 1280, height: 800 } });
-  const p = await context.newPage();
-  p.dialogs = [];
-  p.on('dialog', (d) => { p.dialogs.push(d.message()); d.dismiss(); });
-  p.on('pageerror', (e) => { p.errors = (p.errors || []).concat(String(e)); });
-  return p;
-}
-
-async function ask(p, text) {
-  await p.fill('#message', text);
-  await p.press('#message', 'Enter');
-}
+const h = harness({ seed: seed() });
+const page = (...a) => h.page(...a);
+const mock = (step) => h.mock(step);
 
 test('a chat streams its answer, survives a reload, and search finds it', async () => {
   const p = await page();
-  await p.goto(base + '/');
+  await p.goto(h.base + '/');
   await ask(p, 'hello from the browser');
   await p.waitForSelector('.msg.assistant:not(.streaming) >> text=to: hello from the browser', { timeout: 15000 });
   assert.match(new URL(p.url()).pathname, /^\/sessions\/[0-9a-f-]{36}$/);
@@ -116,7 +55,7 @@ test('a chat streams its answer, survives a reload, and search finds it', async 
 
 test('compaction dividers open to the summary and partials are marked', async () => {
   const p = await page();
-  await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+  await p.goto(h.base + '/sessions/01930000-0000-7000-8000-000000000001');
   const divider = p.locator('details.compaction');
   await divider.waitFor();
   assert.match(await divider.locator('summary').innerText(), /900 → 120 tokens/);
@@ -131,7 +70,7 @@ test('compaction dividers open to the summary and partials are marked', async ()
 
 test('an extractive compaction is marked on its divider', async () => {
   const p = await page();
-  await p.goto(base + '/sessions/' + DIGESTED);
+  await p.goto(h.base + '/sessions/' + DIGESTED);
   const divider = p.locator('details.compaction.extractive');
   await divider.waitFor();
   const head = await divider.locator('summary').innerText();
@@ -140,7 +79,7 @@ test('an extractive compaction is marked on its divider', async () => {
   await divider.locator('summary').click();
   await p.waitForSelector('details.compaction.extractive .md >> text=At pier 4.');
   // The summarised one is not marked.
-  await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+  await p.goto(h.base + '/sessions/01930000-0000-7000-8000-000000000001');
   await p.locator('details.compaction').waitFor();
   assert.equal(await p.locator('details.compaction.extractive').count(), 0);
   await p.context().close();
@@ -148,7 +87,7 @@ test('an extractive compaction is marked on its divider', async () => {
 
 test('hostile message text renders as text: no element, no script, no dialog', async () => {
   const p = await page();
-  await p.goto(base + '/');
+  await p.goto(h.base + '/');
   const evil = '<img src=x onerror=alert(1)> <script>alert(2)</script> [click](javascript:alert(3)) ![pic](http://127.0.0.1:1/x.png)';
   await mock({ kind: 'stream', text: 'Answer: ' + evil });
   await ask(p, 'user says ' + evil);
@@ -180,7 +119,7 @@ test('a reload mid-answer shows the answer once, continues it live, and it compl
       window.seen.unreadable ||= !!t.querySelector('.unreadable');
     }).observe(document, { childList: true, subtree: true, characterData: true });
   });
-  await p.goto(base + '/');
+  await p.goto(h.base + '/');
   // ~9 s of answer; its first checkpoint is written after 2 s.
   const words = Array.from({ length: 60 }, (_, i) => 'slow' + i).join(' ');
   await mock({ kind: 'stream', text: words, delay_ms: 150 });
@@ -189,12 +128,12 @@ test('a reload mid-answer shows the answer once, continues it live, and it compl
   const id = new URL(p.url()).pathname.split('/').pop();
   // Reload once the running attempt has a checkpoint (about 2-3 s in), as a reader would.
   for (const until = Date.now() + 15000; ;) {
-    const { events } = await (await fetch(base + '/v1/sessions/' + id + '/events')).json();
+    const { events } = await (await fetch(h.base + '/v1/sessions/' + id + '/events')).json();
     if (events.some((e) => e.kind === 'pending_state')) break;
     assert.ok(Date.now() < until, 'no checkpoint was written');
     await new Promise((ok) => setTimeout(ok, 50));
   }
-  const { items } = await (await fetch(base + '/v1/sessions/' + id)).json();
+  const { items } = await (await fetch(h.base + '/v1/sessions/' + id)).json();
   assert.deepEqual(items.map((i) => i.kind), ['user', 'streaming'], 'the API shows the running answer as streaming');
   await p.reload();
   await p.waitForSelector('.msg.assistant.streaming >> text=slow0');
@@ -218,7 +157,7 @@ test('screenshots of the main screen, light and dark', async () => {
   mkdirSync(shots, { recursive: true });
   for (const scheme of ['light', 'dark']) {
     const p = await page(scheme);
-    await p.goto(base + '/sessions/01930000-0000-7000-8000-000000000001');
+    await p.goto(h.base + '/sessions/01930000-0000-7000-8000-000000000001');
     await p.waitForSelector('details.compaction');
     await p.click('details.compaction summary');
     await p.click('#toggle-context');

@@ -1,0 +1,215 @@
+// One session: its transcript, the live answer, send / stop / retry, the context panel,
+// the model picker, rename and delete.
+import { $, el, state, tokens, setStatus } from './dom.js';
+import { api, headers, readFrames } from './api.js';
+import { itemElement, markdown } from './render.js';
+import { loadSessions } from './sessions.js';
+
+
+function setStreaming(on) {
+  state.streaming = on;
+  $('stop').hidden = !on;
+  $('send').disabled = on;
+  $('retry').disabled = on || !state.id;
+}
+
+export async function openSession(id, push, seq) {
+  state.id = id;
+  if (push) history.pushState({ id }, '', '/sessions/' + id);
+  document.querySelectorAll('.session-link').forEach((a) => a.classList.toggle('active', a.dataset.id === id));
+  const data = await api('/v1/sessions/' + id + '?limit=1000');
+  state.session = data.session;
+  renderHeader();
+  const t = $('transcript');
+  t.textContent = '';
+  // The running attempt's checkpoints are its answer so far: one live bubble, which
+  // `/live` continues (never a cut-off copy plus a second live one).
+  let live = null;
+  for (const item of data.items) {
+    if (item.kind === 'streaming') { live = liveBubble(item); t.append(live.box); }
+    else t.append(itemElement(item));
+  }
+  const target = seq && t.querySelector('[data-seq="' + seq + '"]');
+  if (target) { target.scrollIntoView({ block: 'center' }); target.classList.add('found'); } else t.scrollTop = t.scrollHeight;
+  setStreaming(false);
+  refreshContext();
+  // A `streaming` item with no active turn means it ended just now: `/live` still has it.
+  if (data.session.turn_active || live) attachLive(id, live);
+}
+
+export function renderHeader() {
+  const s = state.session;
+  $('session-title').textContent = s ? (s.title || 'Untitled') : 'New chat';
+  document.title = s && s.title ? s.title + ' · brain' : 'brain';
+  $('archive').disabled = !s;
+  $('delete').disabled = !s;
+  $('retry').disabled = !s || state.streaming;
+  $('archive').textContent = s && s.archived ? 'Unarchive' : 'Archive';
+}
+
+// The bubble of an answer being streamed, at the bottom of the transcript. On load it is
+// built from the `streaming` item (the running attempt's checkpoints); `/live` then replays
+// the attempt from its first frame, so the bubble is rebuilt from the frames rather than
+// appended to, and keeps showing the checkpoint text until the replay has caught up with it.
+function liveBubble(item) {
+  const box = el('div', 'msg assistant streaming');
+  const reasoning = el('details', 'reasoning');
+  const reasoningText = el('div');
+  reasoning.append(el('summary', null, 'Reasoning'), reasoningText);
+  let body = el('div', 'md');
+  box.append(reasoning, body);
+  const b = { box, turn: item ? item.turn : null, attempt: item ? item.attempt : null, text: '', floor: 0, pending: false };
+  const render = () => {
+    b.pending = false;
+    if (b.text.length < b.floor) return;
+    const next = markdown(b.text);
+    box.replaceChild(next, body);
+    body = next;
+    const t = $('transcript');
+    t.scrollTop = t.scrollHeight;
+  };
+  const schedule = () => { if (!b.pending) { b.pending = true; requestAnimationFrame(render); } };
+  b.setReasoning = (r) => { reasoningText.textContent = r; reasoning.hidden = !r; };
+  b.addReasoning = (r) => b.setReasoning(reasoningText.textContent + r);
+  b.addText = (text) => { b.text += text; schedule(); };
+  // The attempt starts over from its first frame: what is shown stays until the rebuilt
+  // text is as long, so a reload never shows the answer shrink and grow back.
+  b.restart = () => { b.floor = b.text.length; b.text = ''; reasoningText.textContent = ''; };
+  b.finish = () => { b.floor = 0; schedule(); };
+  b.setReasoning(item && item.reasoning ? item.reasoning : '');
+  if (item) { box.dataset.seq = item.seq; b.text = item.text || ''; render(); }
+  return b;
+}
+
+// Follows one attempt's frames into a live bubble: `adopted` (the `streaming` item shown on
+// load) when the frames are that attempt's, else a new one at the bottom of the transcript.
+function streamInto(adopted) {
+  const t = $('transcript');
+  let bubble = null;
+  return (f) => {
+    if (f.type === 'turn') {
+      if (adopted && adopted.turn === f.turn && adopted.attempt === f.attempt) { bubble = adopted; bubble.restart(); }
+      else { bubble = liveBubble(); t.append(bubble.box); }
+    }
+    else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…' }[f.phase] || '');
+    else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }
+    else if (f.type === 'reasoning') { if (bubble) bubble.addReasoning(f.text); }
+    else if (f.type === 'error') t.append(el('div', 'notice error', f.code + ': ' + f.message));
+    else if (f.type === 'end') {
+      if (bubble) bubble.finish();
+      setStatus(f.status === 'completed' ? '' : 'The answer ' + (f.status === 'interrupted' ? 'was interrupted' : 'failed') + '.');
+    }
+  };
+}
+
+export async function runStream(path, body, id, adopted) {
+  setStreaming(true);
+  try {
+    const res = await fetch(path, { method: body ? 'POST' : 'GET', headers: headers(!!body), body: body ? JSON.stringify(body) : undefined });
+    await readFrames(res, streamInto(adopted));
+  } catch (e) { setStatus(e.message); }
+  setStreaming(false);
+  if (state.id === id) await openSession(id, false);
+  loadSessions(true);
+}
+
+function attachLive(id, adopted) { runStream('/v1/sessions/' + id + '/live', null, id, adopted); }
+
+export async function send(event) {
+  if (event) event.preventDefault();
+  const text = $('message').value;
+  if (!text.trim() || state.streaming) return;
+  try {
+    if (!state.id) {
+      const s = await api('/v1/sessions', { method: 'POST', body: {} });
+      state.id = s.id;
+      history.pushState({ id: s.id }, '', '/sessions/' + s.id);
+      state.session = s;
+      renderHeader();
+      $('transcript').textContent = '';
+    }
+  } catch (e) { setStatus(e.message); return; }
+  $('message').value = '';
+  $('transcript').append(itemElement({ kind: 'user', text, seq: 0 }));
+  const model = $('model').value || undefined;
+  runStream('/v1/sessions/' + state.id + '/messages', { message: text, model }, state.id);
+}
+
+export async function refreshContext() {
+  const panel = $('context-body');
+  if (!state.id || $('context-panel').hidden) return;
+  try {
+    const [c, u] = await Promise.all([api('/v1/sessions/' + state.id + '/context'), api('/v1/usage?session_id=' + state.id)]);
+    panel.textContent = '';
+    const pct = (n) => Math.min(100, (100 * n) / Math.max(1, c.window)) + '%';
+    const bar = el('div', 'bar');
+    const fill = el('div', 'fill'); fill.style.width = pct(c.tokens);
+    const trig = el('div', 'trigger'); trig.style.left = pct(c.trigger_tokens);
+    bar.append(fill, trig);
+    panel.append(el('div', null, tokens(c.tokens) + ' of ' + tokens(c.window) + ' tokens (' + (c.model || 'no model') + ')'), bar,
+      el('div', 'muted', 'Compaction at ' + tokens(c.trigger_tokens) + ' tokens · ' + c.messages.length + ' messages'));
+    const prompt = u.input_tokens + u.cache_read_tokens;
+    const kv = el('div', 'kv');
+    for (const [k, v] of [['Provider calls', u.calls], ['Input tokens', u.input_tokens], ['Cache reads', u.cache_read_tokens],
+      ['Output tokens', u.output_tokens], ['Served from cache', prompt ? Math.round((100 * u.cache_read_tokens) / prompt) + '%' : '—']]) {
+      kv.append(el('span', 'muted', k), el('span', null, typeof v === 'number' ? tokens(v) : v));
+    }
+    panel.append(el('h2', null, 'Usage'), kv);
+  } catch (e) { panel.textContent = e.message; }
+}
+
+export async function loadModels() {
+  try {
+    const m = await api('/v1/models');
+    const sel = $('model');
+    sel.textContent = '';
+    for (const x of m.models) {
+      const o = el('option', null, x.id + ' (' + tokens(x.window) + ')');
+      o.value = x.id;
+      if (x.id === m.chat_model) o.selected = true;
+      sel.append(o);
+    }
+    if (!m.models.length) sel.append(el('option', null, 'no models: is the provider running?'));
+  } catch (e) { setStatus(e.message); }
+}
+
+export function startRename() {
+  if (!state.session) return;
+  const h = $('session-title');
+  const input = el('input', 'rename');
+  input.value = state.session.title || '';
+  h.replaceWith(input);
+  input.focus();
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    input.replaceWith(h);
+    if (save && input.value.trim() && input.value.trim() !== state.session.title) {
+      try { state.session = await api('/v1/sessions/' + state.id, { method: 'PATCH', body: { title: input.value.trim() } }); loadSessions(true); } catch (e) { setStatus(e.message); }
+    }
+    renderHeader();
+  };
+  input.addEventListener('keydown', (e) => { if (e.key === 'Enter') finish(true); if (e.key === 'Escape') finish(false); });
+  input.addEventListener('blur', () => finish(true));
+}
+
+let deleteArmed = null;
+export async function onDelete() {
+  if (!state.id) return;
+  if (!deleteArmed) {
+    $('delete').textContent = 'Really delete?';
+    deleteArmed = setTimeout(() => { deleteArmed = null; $('delete').textContent = 'Delete'; }, 4000);
+    return;
+  }
+  clearTimeout(deleteArmed); deleteArmed = null; $('delete').textContent = 'Delete';
+  try {
+    await api('/v1/sessions/' + state.id, { method: 'DELETE' });
+    state.id = null; state.session = null;
+    history.pushState({}, '', '/');
+    $('transcript').textContent = '';
+    renderHeader();
+    loadSessions(true);
+  } catch (e) { setStatus(e.message); }
+}
+
