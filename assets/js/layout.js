@@ -14,6 +14,8 @@ function syncScrim() { $('scrim').hidden = !(drawerOpen() || sheetOpen()); }
 export function openDrawer() {
   document.body.classList.add('drawer-open');
   $('menu-toggle').setAttribute('aria-expanded', 'true');
+  // The page behind the drawer takes no focus or clicks while it is open.
+  $('main').inert = true;
   syncScrim();
   // Focus the current session (or New chat), never the search box: that would raise the
   // keyboard over the list the reader came to see.
@@ -25,6 +27,7 @@ export function closeDrawer(restoreFocus) {
   if (!drawerOpen()) return;
   document.body.classList.remove('drawer-open');
   $('menu-toggle').setAttribute('aria-expanded', 'false');
+  $('main').inert = false;
   syncScrim();
   if (restoreFocus) $('menu-toggle').focus();
 }
@@ -63,6 +66,8 @@ function followViewport() {
   let frame = 0;
   const apply = () => {
     frame = 0;
+    // Pinch-zoom also shrinks the visual viewport; only the keyboard should resize the app.
+    if (Math.abs(vv.scale - 1) > 0.01) return;
     const t = $('transcript');
     const atEnd = t.scrollHeight - t.scrollTop - t.clientHeight < 40;
     document.documentElement.style.setProperty('--app-h', Math.round(vv.height) + 'px');

@@ -119,6 +119,8 @@ test('phone: the menu holds the actions and the context sheet opens over the tra
     const box = await p.locator(sel).boundingBox();
     assert.ok(box.height >= 40, `${sel} is ${box.height} px high`);
   }
+  mkdirSync(shots, { recursive: true });
+  await p.screenshot({ path: join(shots, 'phone-menu.png') });
   await p.click('#toggle-context');
   await p.waitForSelector('#context-body .bar');
   assert.equal(await p.locator('#actions').isVisible(), false, 'the menu closed');
@@ -129,6 +131,7 @@ test('phone: the menu holds the actions and the context sheet opens over the tra
   const onTop = await p.evaluate(([x, y]) => !!document.elementFromPoint(x, y).closest('#context-panel'), [sheet.x + sheet.width / 2, sheet.y + 20]);
   assert.ok(onTop, 'nothing covers the sheet');
   await noSideways(p, 'context sheet');
+  await p.screenshot({ path: join(shots, 'phone-sheet.png') });
   await p.click('#close-context');
   await p.waitForSelector('#context-panel', { state: 'hidden' });
   await p.context().close();
@@ -142,6 +145,12 @@ test('phone: send a message and read the answer, composer on screen', async () =
   await inViewport(p, '#message');
   await inViewport(p, '#send');
   await noSideways(p, 'after an answer');
+  // An on-screen keyboard takes half the screen: the composer stays above it.
+  await p.focus('#message');
+  await p.setViewportSize({ width: 390, height: 420 });
+  await p.waitForFunction(() => document.getElementById('send').getBoundingClientRect().bottom <= window.visualViewport.height);
+  await inViewport(p, '#message');
+  await inViewport(p, '#session-title');
   assert.deepEqual(p.errors || [], []);
   await p.context().close();
 });
