@@ -226,7 +226,9 @@ test('first run with no provider: the empty screen explains --provider-url', asy
     assert.match(text, /llama-server/);
     for (const url of ['127.0.0.1:8080/v1', '127.0.0.1:11434/v1', '127.0.0.1:8000/v1', '127.0.0.1:1234/v1']) assert.ok(text.includes(url), url);
     const models = await (await fetch(none.base + '/v1/models')).json();
-    if (models.provider) assert.ok(text.includes(models.provider.url), 'the URL brain tried');
+    assert.equal(models.provider.status, 'unreachable');
+    assert.ok(text.includes(models.provider.url), 'the URL brain tried');
+    assert.match(text, /No model server answered/);
     if (name === 'phone') await p.screenshot({ path: join(shots, 'phone-first-run.png') });
     // The picker's label is not cut off.
     if (name === 'phone') await p.click('#more');
