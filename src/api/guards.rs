@@ -112,7 +112,7 @@ pub fn public(segments: &[String]) -> bool {
     let s: Vec<&str> = segments.iter().map(String::as_str).collect();
     matches!(
         s.as_slice(),
-        [] | ["health"] | ["sessions", _] | ["assets", ..]
+        [] | ["health"] | ["favicon.ico"] | ["sessions", _] | ["assets", ..]
     )
 }
 
@@ -300,7 +300,13 @@ mod tests {
                 "{path}"
             );
         }
-        for path in ["/", "/health", "/sessions/abc", "/assets/app.js"] {
+        for path in [
+            "/",
+            "/health",
+            "/favicon.ico",
+            "/sessions/abc",
+            "/assets/app.js",
+        ] {
             assert!(
                 g.check("GET", &seg(path), host, None, None).is_ok(),
                 "{path}"

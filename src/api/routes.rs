@@ -68,6 +68,11 @@ fn route(api: &Api, req: &Request) -> Result<Reply, ApiError> {
             assets::INDEX_HTML,
             "text/html; charset=utf-8",
         ))),
+        // Browsers ask for /favicon.ico whatever the page links; it is the same SVG.
+        ("GET", ["favicon.ico"]) => match assets::find("favicon.svg") {
+            Some((body, kind)) => answer(Ok(http::asset(body, kind))),
+            None => Err(ApiError::not_found("no such file")),
+        },
         ("GET", ["assets", rest @ ..]) => match assets::find(&rest.join("/")) {
             Some((body, kind)) => answer(Ok(http::asset(body, kind))),
             None => Err(ApiError::not_found("no such file")),

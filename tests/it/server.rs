@@ -1016,4 +1016,11 @@ fn security_host_origin_token_and_public_listen() {
         b"GET /health HTTP/1.1\r\nHost: my-box:7420\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(status, 200);
+    // The icon a browser fetches on its own, without the page's token.
+    let (status, icon) = raw(
+        &t,
+        b"GET /favicon.ico HTTP/1.1\r\nHost: my-box:7420\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+    assert!(icon.starts_with("<svg"), "{icon}");
 }
