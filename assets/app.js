@@ -25,7 +25,8 @@ function init() {
   $('token-form').addEventListener('submit', (e) => { e.preventDefault(); localStorage.setItem('brain.token', $('token').value.trim()); $('token-gate').hidden = true; boot(); });
   new IntersectionObserver((entries) => { if (entries.some((x) => x.isIntersecting)) loadSessions(false); }).observe($('list-sentinel'));
   window.addEventListener('popstate', () => route());
-  window.addEventListener('hashchange', () => route());
+  // A `#seq-N` typed or followed on the open session shows that item (loading earlier pages).
+  window.addEventListener('hashchange', () => { if (/^#seq-\d+$/.test(location.hash)) route(); });
   boot();
 }
 

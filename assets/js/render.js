@@ -70,9 +70,7 @@ export function itemElement(item) {
       break;
     }
     case 'error':
-      node = el('div', 'notice error');
-      node.append(stateLine(FAILED[item.code] || 'No answer: the call to the model failed',
-        [item.code, item.message].filter(Boolean).join(': ')));
+      node = failureNotice(item.code, item.message, false);
       node.dataset.turn = item.turn;
       break;
     case 'compaction': {
@@ -129,6 +127,15 @@ const FAILED = {
   provider_malformed: 'The model server sent a reply brain could not read',
   internal: 'brain hit an internal error',
 };
+
+// A failed or cut-off attempt as a notice (also for a stream's `error` frame, where text may
+// already have arrived).
+export function failureNotice(code, message, hadText) {
+  const node = el('div', 'notice error');
+  const words = hadText ? endedWords({ code, message })[0] : FAILED[code] || 'No answer: the call to the model failed';
+  node.append(stateLine(words, [code, message].filter(Boolean).join(': ')));
+  return node;
+}
 
 function stateLine(words, detail) {
   const line = el('div', 'state');

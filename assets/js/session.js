@@ -2,7 +2,7 @@
 // the model picker, rename and delete.
 import { $, el, state, tokens, setStatus } from './dom.js';
 import { api, headers, readFrames } from './api.js';
-import { itemElement, markdown } from './render.js';
+import { failureNotice, itemElement, markdown } from './render.js';
 import { loadSessions } from './sessions.js';
 import { renderItems, startPaging, reveal, isOpen, offerRetry } from './transcript.js';
 
@@ -103,7 +103,7 @@ function streamInto(adopted) {
     else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…' }[f.phase] || '');
     else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }
     else if (f.type === 'reasoning') { if (bubble) bubble.addReasoning(f.text); }
-    else if (f.type === 'error') t.append(el('div', 'notice error', f.code + ': ' + f.message));
+    else if (f.type === 'error') t.append(failureNotice(f.code, f.message, !!(bubble && bubble.text)));
     else if (f.type === 'end') {
       if (bubble) bubble.finish();
       setStatus(f.status === 'completed' ? '' : 'The answer ' + (f.status === 'interrupted' ? 'was interrupted' : 'failed') + '.');

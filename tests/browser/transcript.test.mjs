@@ -3,7 +3,9 @@
 // interrupted and failed answers, the inline Retry, and search results grouped by session.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { harness, line } from './harness.mjs';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { harness, line, shots } from './harness.mjs';
 
 const LONG = '01930000-0000-7000-8000-0000000000c1';
 const CODE = '01930000-0000-7000-8000-0000000000c2';
@@ -244,4 +246,17 @@ test('search results are grouped by session with the kind in words', async () =>
   await more.click();
   assert.ok(await group.locator('.hit').count() > 3);
   await p.context().close();
+});
+
+test('screenshots of code blocks and answer states, light and dark', async () => {
+  mkdirSync(shots, { recursive: true });
+  for (const scheme of ['light', 'dark']) {
+    for (const [name, id, ready] of [['code', CODE, '.code-block span.hljs-keyword'], ['states', STATES, '.inline-retry']]) {
+      const p = await h.page(scheme);
+      await p.goto(h.base + '/sessions/' + id);
+      await p.waitForSelector(ready);
+      await p.screenshot({ path: join(shots, `transcript-${name}-${scheme}.png`) });
+      await p.context().close();
+    }
+  }
 });
