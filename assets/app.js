@@ -3,9 +3,11 @@
 import { $, state, setStatus } from './js/dom.js';
 import { api } from './js/api.js';
 import { loadSessions, onSearch } from './js/sessions.js';
+import { initLayout, contextToggled } from './js/layout.js';
 import { openSession, renderHeader, retry, send, refreshContext, loadModels, startRename, onDelete } from './js/session.js';
 
 function init() {
+  initLayout();
   $('composer').addEventListener('submit', send);
   $('message').addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
@@ -13,7 +15,7 @@ function init() {
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && state.streaming && state.id) api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch(() => {}); });
   $('stop').addEventListener('click', () => api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch((e) => setStatus(e.message)));
   $('retry').addEventListener('click', retry);
-  $('new-chat').addEventListener('click', () => { state.id = null; state.session = null; history.pushState({}, '', '/'); $('transcript').textContent = ''; renderHeader(); $('message').focus(); });
+  $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); $('transcript').textContent = ''; renderHeader(); $('message').focus(); });
   $('search').addEventListener('input', onSearch);
   $('show-archived').addEventListener('change', () => loadSessions(true));
   $('session-title').addEventListener('click', startRename);
@@ -21,7 +23,7 @@ function init() {
     try { state.session = await api('/v1/sessions/' + state.id, { method: 'PATCH', body: { archived: !state.session.archived } }); renderHeader(); loadSessions(true); } catch (e) { setStatus(e.message); }
   });
   $('delete').addEventListener('click', onDelete);
-  $('toggle-context').addEventListener('click', () => { $('context-panel').hidden = !$('context-panel').hidden; refreshContext(); });
+  $('toggle-context').addEventListener('click', () => { $('context-panel').hidden = !$('context-panel').hidden; contextToggled(); refreshContext(); });
   $('token-form').addEventListener('submit', (e) => { e.preventDefault(); localStorage.setItem('brain.token', $('token').value.trim()); $('token-gate').hidden = true; boot(); });
   new IntersectionObserver((entries) => { if (entries.some((x) => x.isIntersecting)) loadSessions(false); }).observe($('list-sentinel'));
   window.addEventListener('popstate', () => route());

@@ -16,6 +16,7 @@
 //! - [`api`]: the HTTP server: connections under deadlines and a cap, routes, SSE.
 //! - [`provider`]: the OpenAI-compatible client, SSE parser and model listing; knows
 //!   nothing of sessions.
+//! - [`tools`]: tools inside a turn: the MCP client (stdio and Streamable HTTP).
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
 //! - [`config`]: named limits and defaults.
 //! - [`logging`]: the log (levels, timestamps, `RUST_LOG`).
@@ -33,3 +34,4 @@ pub mod logging;
 pub mod provider;
 pub mod session;
 pub mod tokens;
+pub mod tools;

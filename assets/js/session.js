@@ -4,6 +4,8 @@ import { $, el, state, tokens, setStatus } from './dom.js';
 import { api, headers, readFrames } from './api.js';
 import { failureNotice, itemElement, markdown } from './render.js';
 import { loadSessions } from './sessions.js';
+import { providerBanner } from './layout.js';
+import { followTitle } from './title.js';
 import { renderItems, startPaging, reveal, isOpen, offerRetry } from './transcript.js';
 
 
@@ -22,6 +24,8 @@ export function retry() {
 // Opens session `id` at its newest page, or, with `seq`, at that item (loading the earlier
 // pages it needs) highlighted.
 export async function openSession(id, push, seq) {
+  // Another session: the last one's status line is not about this one.
+  if (id !== state.id) setStatus('');
   if (push) history.pushState({ id }, '', '/sessions/' + id + (seq ? '#seq-' + seq : ''));
   if (seq && state.id === id && isOpen(id)) { await reveal(seq); return; }
   state.id = id;
@@ -54,6 +58,8 @@ export function renderHeader() {
   $('delete').disabled = !s;
   $('retry').disabled = !s || state.streaming;
   $('archive').textContent = s && s.archived ? 'Unarchive' : 'Archive';
+  document.body.classList.toggle('no-session', !s);
+  document.querySelectorAll('.session-link').forEach((a) => a.classList.toggle('active', a.dataset.id === state.id));
 }
 
 // The bubble of an answer being streamed, at the bottom of the transcript. On load it is
@@ -120,6 +126,10 @@ export async function runStream(path, body, id, adopted) {
   setStreaming(false);
   if (state.id === id) await openSession(id, false);
   loadSessions(true);
+  // The automatic title is written after the answer, in the background.
+  if (state.id === id && state.session && !state.session.title) {
+    followTitle(id, (s) => { state.session = s; renderHeader(); loadSessions(true); });
+  }
 }
 
 function attachLive(id, adopted) { runStream('/v1/sessions/' + id + '/live', null, id, adopted); }
@@ -128,6 +138,7 @@ export async function send(event) {
   if (event) event.preventDefault();
   const text = $('message').value;
   if (!text.trim() || state.streaming) return;
+  setStatus('');
   try {
     if (!state.id) {
       const s = await api('/v1/sessions', { method: 'POST', body: {} });
@@ -136,6 +147,8 @@ export async function send(event) {
       state.session = s;
       renderHeader();
       $('transcript').textContent = '';
+      // The new chat is in the list, highlighted, while its first answer streams.
+      loadSessions(true);
     }
   } catch (e) { setStatus(e.message); return; }
   $('message').value = '';
@@ -170,6 +183,7 @@ export async function refreshContext() {
 export async function loadModels() {
   try {
     const m = await api('/v1/models');
+    providerBanner(m);
     const sel = $('model');
     sel.textContent = '';
     for (const x of m.models) {
@@ -178,7 +192,7 @@ export async function loadModels() {
       if (x.id === m.chat_model) o.selected = true;
       sel.append(o);
     }
-    if (!m.models.length) sel.append(el('option', null, 'no models: is the provider running?'));
+    if (!m.models.length) sel.append(el('option', null, 'no models'));
   } catch (e) { setStatus(e.message); }
 }
 

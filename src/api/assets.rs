@@ -13,6 +13,7 @@ pub const INDEX_HTML: &str = include_str!("../../assets/index.html");
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+const SVG: &str = "image/svg+xml";
 
 /// One row of [`FILES`]: the file's name under `assets/`, embedded.
 macro_rules! asset {
@@ -29,10 +30,13 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("js/api.js", JS),
     asset!("js/code.js", JS),
     asset!("js/dom.js", JS),
+    asset!("js/layout.js", JS),
     asset!("js/render.js", JS),
     asset!("js/session.js", JS),
     asset!("js/sessions.js", JS),
+    asset!("js/title.js", JS),
     asset!("js/transcript.js", JS),
+    asset!("favicon.svg", SVG),
     asset!("vendor/highlight.min.js", JS),
     asset!("vendor/marked.umd.js", JS),
     asset!("vendor/purify.min.js", JS),

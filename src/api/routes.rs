@@ -212,6 +212,16 @@ fn known_models(api: &Api) -> (Vec<crate::provider::ModelInfo>, Option<String>) 
 fn models(api: &Api) -> Answer {
     let s = api.engine.settings();
     let (list, chat) = known_models(api);
+    // Where brain looks for the model and whether it answers, so the page can explain a
+    // first run with no model server (`--provider-url`) instead of an empty picker.
+    let reachable = api
+        .engine
+        .provider()
+        .reachable(crate::config::HEALTH_PROBE_WAIT);
+    let provider = json!({
+        "url": api.engine.provider().base_url(),
+        "status": if reachable { "ok" } else { "unreachable" },
+    });
     let models: Vec<Value> = list
         .iter()
         .map(|m| {
@@ -228,6 +238,7 @@ fn models(api: &Api) -> Answer {
             "chat_model": chat,
             "summarize_model": s.summarize_model.clone().or_else(|| chat.clone()),
             "mini_model": s.mini_model.clone().or_else(|| chat.clone()),
+            "provider": provider,
         }),
     )
 }

@@ -35,6 +35,7 @@ pub fn hit(h: &SearchHit) -> Value {
         "title": h.title,
         "seq": h.seq,
         "kind": h.kind,
+        "label": crate::session::search::label(&h.kind),
         "snippet": h.snippet,
         "highlights": h.highlights,
         "created_at": h.created_at,

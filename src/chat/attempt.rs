@@ -15,7 +15,7 @@ use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent};
 use crate::session::StoreError;
 use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
-use crate::session::events::{Payload, PendingState, Usage};
+use crate::session::events::{AttemptEnd, Payload, PendingState, Usage};
 use crate::session::projection::{Role, llm_request};
 
 /// What the stream produced, kept for the checkpoints and the ending.
@@ -336,7 +336,21 @@ pub(super) fn unsaved(turn: &ActiveTurn, out: &Streamed) -> Option<Payload> {
         attempt: turn.attempt,
         text: text.to_owned(),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
+        ended: None,
     }))
+}
+
+/// The last checkpoint of an attempt that ended abnormally: what was not saved yet (maybe
+/// nothing) and why it ended.
+pub(super) fn last_checkpoint(turn: &ActiveTurn, out: &Streamed, ended: AttemptEnd) -> Payload {
+    let reasoning = &out.reasoning[out.saved_reasoning..];
+    Payload::PendingState(PendingState {
+        turn: turn.turn,
+        attempt: turn.attempt,
+        text: out.text[out.saved_text..].to_owned(),
+        reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
+        ended: Some(ended),
+    })
 }
 
 /// Appends a `pending_state` with what arrived since the last one, if anything did.

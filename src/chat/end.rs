@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::attempt::{Stopped, Streamed, unsaved};
+use super::attempt::{Stopped, Streamed, last_checkpoint};
 use super::engine::Inner;
 use super::frames::{ActiveTurn, EndStatus, Frame};
 use crate::session::StoreError;
-use crate::session::events::{AssistantTurn, Payload, TurnFailed, Usage};
+use crate::session::events::{AssistantTurn, AttemptEnd, Payload, TurnFailed, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 
 /// Writes what ends the attempt (SPEC §6's table) and returns its `end` frame.
@@ -37,7 +37,16 @@ pub(super) fn end_attempt(
                 turn.attempt,
                 e.code()
             );
-            (e.code().to_owned(), e.to_string(), e.retryable())
+            let mut message = e.to_string();
+            if matches!(e, crate::provider::ProviderError::Unreachable(_)) {
+                // Say where brain looked and how to point it elsewhere: the usual cause
+                // is a model server not started, or on another port.
+                message.push_str(&format!(
+                    " (brain tried {provider}; start your model server there, or restart \
+                     brain with --provider-url URL)"
+                ));
+            }
+            (e.code().to_owned(), message, e.retryable())
         }
         Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
         Stopped::Shutdown => (
@@ -72,7 +81,11 @@ pub(super) fn end_attempt(
     }
     let interrupted = !out.text.is_empty() && code != "empty_answer";
     let written = if interrupted {
-        final_checkpoint(inner, turn, out)
+        let ended = AttemptEnd {
+            code: code.clone(),
+            message,
+        };
+        final_checkpoint(inner, turn, out, ended)
     } else {
         let failed = Payload::TurnFailed(TurnFailed {
             turn: turn.turn,
@@ -112,28 +125,24 @@ pub(super) fn end_attempt(
     }
 }
 
-/// The last checkpoint of an interrupted attempt (whatever was not saved yet), and its
-/// end in the session list (`updated_at`), in one transaction. Its seq, or the previous
-/// checkpoint's when nothing was left to save.
+/// The last checkpoint of an interrupted attempt (whatever was not saved yet, maybe
+/// nothing, and why it ended), and its end in the session list (`updated_at`), in one
+/// transaction. Its seq.
 fn final_checkpoint(
     inner: &Inner,
     turn: &ActiveTurn,
     out: &Streamed,
+    ended: AttemptEnd,
 ) -> Result<Option<u64>, StoreError> {
-    let rest = unsaved(turn, out);
+    let last = last_checkpoint(turn, out, ended);
     let id = turn.session_id;
-    let written = inner.store.write(|w| {
-        let seq = match &rest {
-            Some(p) => Some(w.append(id, p)?.seq),
-            None => None,
-        };
+    let seq = inner.store.write(|w| {
+        let seq = w.append(id, &last)?.seq;
         w.touch(id)?;
         Ok(seq)
     })?;
-    if let Some(seq) = written {
-        turn.push(Frame::Checkpoint { seq });
-    }
-    Ok(written.or(out.last_checkpoint_seq))
+    turn.push(Frame::Checkpoint { seq });
+    Ok(Some(seq))
 }
 
 /// A completed attempt: its ledger row and its `assistant_turn`, in one transaction.
@@ -190,7 +199,14 @@ fn complete(
                 message: "the answer could not be stored".into(),
                 retryable: true,
             });
-            let seq = final_checkpoint(inner, turn, out).ok().flatten();
+            let ended = AttemptEnd {
+                code: "internal".into(),
+                message: "the answer could not be stored".into(),
+            };
+            let seq = final_checkpoint(inner, turn, out, ended)
+                .ok()
+                .flatten()
+                .or(out.last_checkpoint_seq);
             Frame::End {
                 status: EndStatus::Interrupted,
                 seq,

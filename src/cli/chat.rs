@@ -3,7 +3,7 @@
 //! holds the database. Ctrl-C stops the answer being written; a second Ctrl-C (or one at
 //! the prompt) leaves.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -270,9 +270,21 @@ pub fn run(
     let active = Arc::new(AtomicBool::new(false));
     watch_interrupts(Arc::clone(&backend), id, Arc::clone(&active))?;
     let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
+    // A visible prompt on a terminal; through a pipe nothing is echoed, so the line read
+    // is shown after it instead and the output reads as the conversation it was.
+    let terminal = stdin.is_terminal();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if terminal {
+            write!(out, "{PROMPT}")?;
+            out.flush()?;
+        }
+        let Some(line) = lines.next() else { break };
         let line = line?;
         let text = line.trim();
+        if !terminal && !text.is_empty() {
+            writeln!(out, "{PROMPT}{}", printable(text))?;
+        }
         let frames = match text {
             "" => continue,
             "/quit" | "/exit" => break,
@@ -286,7 +298,7 @@ pub fn run(
                 active.store(false, Ordering::SeqCst);
                 shown?;
             }
-            Err(e) => writeln!(out, "[{}]", printable(&e.to_string()))?,
+            Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
         }
         out.flush()?;
     }
@@ -318,6 +330,9 @@ fn watch_interrupts(
     Ok(())
 }
 
+/// What the user's lines start with, typed or shown.
+const PROMPT: &str = "you › ";
+
 fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
     let mut thinking = false;
     write!(out, "assistant: ")?;
@@ -348,7 +363,8 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
                     "failed" => write!(out, "\n[failed: no answer; /retry to try again]")?,
                     _ => {}
                 }
-                writeln!(out)?;
+                // The end of the answer, then a blank line between turns.
+                writeln!(out, "\n")?;
             }
             _ => {}
         }
@@ -361,11 +377,11 @@ fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
     let field = |name: &str| printable(item[name].as_str().unwrap_or_default()).into_owned();
     let text = field("text");
     match item["kind"].as_str().unwrap_or_default() {
-        "user" => writeln!(out, "you: {text}")?,
-        "assistant" => writeln!(out, "assistant: {text}")?,
-        "interrupted" => writeln!(out, "assistant (interrupted): {text}")?,
-        "streaming" => writeln!(out, "assistant (still answering): {text}")?,
-        "error" => writeln!(out, "[failed: {}]", field("code"))?,
+        "user" => writeln!(out, "{PROMPT}{text}")?,
+        "assistant" => writeln!(out, "assistant: {text}\n")?,
+        "interrupted" => writeln!(out, "assistant (interrupted): {text}\n")?,
+        "streaming" => writeln!(out, "assistant (still answering): {text}\n")?,
+        "error" => writeln!(out, "[failed: {}]\n", field("code"))?,
         "compaction" => writeln!(out, "[compacted: {}]", field("summary"))?,
         "title" => writeln!(out, "[renamed to {:?}]", field("title"))?,
         other => writeln!(out, "[{}]", printable(other))?,

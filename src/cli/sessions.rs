@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::term::{json_text, printable, push_printable};
+use super::term::{count, json_text, printable, push_printable};
 use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
 use crate::api::views;
 use crate::chat::compact::CompactReport;
@@ -68,7 +68,12 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
                 transfer::read_jsonl(&mut std::io::BufReader::new(f))?
             };
             let (n, events) = transfer::import(store, &sessions)?;
-            writeln!(out, "imported {n} sessions ({events} events)")?;
+            writeln!(
+                out,
+                "imported {} ({})",
+                count(n as u64, "session"),
+                count(events as u64, "event")
+            )?;
             Ok(())
         }
         SessionsCommand::List {
@@ -320,7 +325,7 @@ fn show_llm(
         return Ok(());
     }
     session_header(&session, out)?;
-    writeln!(out, "system ({} tokens)", tokens.system)?;
+    writeln!(out, "system ({})", count(tokens.system, "token"))?;
     for line in printable(&ctx.system).lines() {
         writeln!(out, "    {line}")?;
     }
@@ -331,14 +336,16 @@ fn show_llm(
         };
         writeln!(
             out,
-            "\n{role} (#{}..#{}, {t} tokens)",
-            m.first_seq, m.last_seq
+            "\n{role} (#{}..#{}, {})",
+            m.first_seq,
+            m.last_seq,
+            count(*t, "token")
         )?;
         for line in printable(&m.content).lines() {
             writeln!(out, "    {line}")?;
         }
     }
-    writeln!(out, "\ntotal: {} tokens", tokens.total)?;
+    writeln!(out, "\ntotal: {}", count(tokens.total, "token"))?;
     Ok(())
 }
 
@@ -394,7 +401,7 @@ fn search(
             "{}  #{} {}  {}\n    {}",
             h.session_id,
             h.seq,
-            h.kind,
+            crate::session::search::label(&h.kind),
             printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;

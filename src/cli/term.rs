@@ -55,6 +55,16 @@ fn is_bidi(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// `1 session`, `2 sessions`: a count and its noun, in the right number (English plurals
+/// brain prints are all regular).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// JSON text for a terminal: what serde_json leaves raw inside strings (DEL, the C1
 /// controls, bidirectional controls) written as `\uXXXX` escapes, which decode to the
 /// same value, so `--json` output stays exact and inert.
@@ -79,6 +89,15 @@ pub fn json_text(value: &serde_json::Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_say_one_thing_and_many_things() {
+        use super::count;
+        assert_eq!(
+            [count(0, "token"), count(1, "session"), count(2, "event")],
+            ["0 tokens", "1 session", "2 events"]
+        );
+    }
+
     use super::*;
 
     #[test]

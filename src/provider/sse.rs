@@ -21,15 +21,17 @@ pub struct Frame {
 /// Why the byte stream is not SSE.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
-    #[error("an event is larger than {MAX_SSE_FRAME_BYTES} bytes")]
-    TooLarge,
+    #[error("an event is larger than {0} bytes")]
+    TooLarge(usize),
     #[error("the stream is not UTF-8")]
     NotUtf8,
 }
 
 /// Parser state between chunks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseParser {
+    /// The largest line or event accepted.
+    limit: usize,
     line: Vec<u8>,
     /// The previous chunk ended with `\r`: a `\n` starting the next one belongs to it.
     after_cr: bool,
@@ -39,9 +41,29 @@ pub struct SseParser {
     failed: Option<SseError>,
 }
 
+impl Default for SseParser {
+    fn default() -> SseParser {
+        SseParser::new()
+    }
+}
+
 impl SseParser {
     pub fn new() -> SseParser {
-        SseParser::default()
+        SseParser::with_limit(MAX_SSE_FRAME_BYTES)
+    }
+
+    /// A parser accepting lines and events up to `limit` bytes (an MCP server's tool
+    /// result may be larger than a provider's chunk).
+    pub fn with_limit(limit: usize) -> SseParser {
+        SseParser {
+            limit,
+            line: Vec::new(),
+            after_cr: false,
+            data: String::new(),
+            has_data: false,
+            event: None,
+            failed: None,
+        }
     }
 
     /// Feeds bytes; appends every event they complete to `out`. After an error the parser
@@ -72,8 +94,8 @@ impl SseParser {
                     self.line_done(&line, out)?;
                 }
                 _ => {
-                    if self.line.len() >= MAX_SSE_FRAME_BYTES {
-                        return Err(SseError::TooLarge);
+                    if self.line.len() >= self.limit {
+                        return Err(SseError::TooLarge(self.limit));
                     }
                     self.line.push(b);
                 }
@@ -107,8 +129,8 @@ impl SseParser {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                if self.data.len() + value.len() > MAX_SSE_FRAME_BYTES {
-                    return Err(SseError::TooLarge);
+                if self.data.len() + value.len() > self.limit {
+                    return Err(SseError::TooLarge(self.limit));
                 }
                 self.data.push_str(value);
                 self.has_data = true;
@@ -176,12 +198,21 @@ mod tests {
         let mut p = SseParser::new();
         let mut out = Vec::new();
         let big = vec![b'x'; MAX_SSE_FRAME_BYTES + 1];
-        assert_eq!(p.feed(&big, &mut out), Err(SseError::TooLarge));
-        assert_eq!(p.feed(b"data: ok\n\n", &mut out), Err(SseError::TooLarge));
+        assert_eq!(
+            p.feed(&big, &mut out),
+            Err(SseError::TooLarge(MAX_SSE_FRAME_BYTES))
+        );
+        assert_eq!(
+            p.feed(b"data: ok\n\n", &mut out),
+            Err(SseError::TooLarge(MAX_SSE_FRAME_BYTES))
+        );
         let half = format!("data: {}\n", "y".repeat(MAX_SSE_FRAME_BYTES / 2 + 1));
         let mut p = SseParser::new();
         p.feed(half.as_bytes(), &mut out).unwrap();
-        assert_eq!(p.feed(half.as_bytes(), &mut out), Err(SseError::TooLarge));
+        assert_eq!(
+            p.feed(half.as_bytes(), &mut out),
+            Err(SseError::TooLarge(MAX_SSE_FRAME_BYTES))
+        );
     }
 
     #[test]

@@ -151,6 +151,19 @@ pub struct PendingState {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// On the last checkpoint of an attempt that ended abnormally: why it ended (so a
+    /// reader can tell "you stopped it" from "the model was cut off"). Absent on the
+    /// periodic ones, and when the process died before it could say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<AttemptEnd>,
+}
+
+/// Why an interrupted attempt ended: `stopped` (a user's stop), `shutdown`, or the
+/// provider's or brain's error code, with its message for a person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptEnd {
+    pub code: String,
+    pub message: String,
 }
 
 /// Token usage, normalised at the provider boundary: `input_tokens` excludes cache reads
@@ -403,6 +416,7 @@ mod tests {
             attempt: 1,
             text: "par".into(),
             reasoning: Some("hmm".into()),
+            ended: None,
         }));
         round_trip(Payload::AssistantTurn(AssistantTurn {
             turn: 2,
@@ -538,6 +552,7 @@ mod tests {
             attempt: 1,
             text: "partial".into(),
             reasoning: None,
+            ended: None,
         });
         assert!(!checkpoint.cache_effect().touches_updated_at);
     }

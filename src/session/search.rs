@@ -70,8 +70,49 @@ pub fn parse_marked(marked: &str, open: &str, close: &str) -> (String, Vec<[usiz
     (text, ranges)
 }
 
+/// A hit's kind in words for people (`label` in the API, the CLI's listing): the event kind
+/// stays machine-readable in `kind`, this is what a reader sees.
+pub fn label(kind: &str) -> String {
+    use crate::session::events::kind as k;
+    match kind {
+        k::USER_MESSAGE => "message".to_owned(),
+        k::ASSISTANT_TURN => "answer".to_owned(),
+        k::PENDING_STATE => "interrupted answer".to_owned(),
+        k::COMPACTION_APPLIED => "summary".to_owned(),
+        k::SESSION_TITLED => "title".to_owned(),
+        other => other.replace('_', " "),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hits_are_labelled_in_words() {
+        use super::label;
+        let labels: Vec<String> = [
+            "user_message",
+            "assistant_turn",
+            "pending_state",
+            "compaction_applied",
+            "session_titled",
+            "tool_execution",
+        ]
+        .iter()
+        .map(|k| label(k))
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "message",
+                "answer",
+                "interrupted answer",
+                "summary",
+                "title",
+                "tool execution"
+            ]
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

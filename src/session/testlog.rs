@@ -2,8 +2,8 @@
 
 use crate::session::Payload;
 use crate::session::events::{
-    AssistantTurn, CompactionApplied, Event, PendingState, SessionStarted, SessionTitled, TitledBy,
-    ToolExecution, TurnFailed, TurnMemory, Usage, UserMessage,
+    AssistantTurn, AttemptEnd, CompactionApplied, Event, PendingState, SessionStarted,
+    SessionTitled, TitledBy, ToolExecution, TurnFailed, TurnMemory, Usage, UserMessage,
 };
 use crate::session::projection::{Context, llm_context};
 
@@ -66,6 +66,21 @@ impl Log {
             attempt,
             text: text.into(),
             reasoning: None,
+            ended: None,
+        }))
+    }
+
+    /// The last checkpoint of an attempt that ended abnormally, saying why.
+    pub fn ended(&mut self, turn: u64, attempt: u32, text: &str, code: &str) -> u64 {
+        self.push(Payload::PendingState(PendingState {
+            turn,
+            attempt,
+            text: text.into(),
+            reasoning: None,
+            ended: Some(AttemptEnd {
+                code: code.into(),
+                message: format!("ended: {code}"),
+            }),
         }))
     }
 

@@ -24,9 +24,10 @@ function firstLine(child) {
 }
 
 /// One brain + mock_llm + Chromium for the calling test file. `seed` is a list of JSONL
-/// lines imported before the server starts; `serveArgs` are added to `brain serve`.
+/// lines imported before the server starts; `serveArgs` are added to `brain serve`;
+/// `providerUrl` replaces the mock as brain's provider (e.g. a closed port: no provider).
 /// Returns an object whose fields (`base`, `mockUrl`, `db`, `browser`) are set in `before`.
-export function harness({ seed = [], serveArgs = [] } = {}) {
+export function harness({ seed = [], serveArgs = [], providerUrl = null } = {}) {
   const h = { children: [] };
   const start = async (bin, args) => {
     const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -43,7 +44,7 @@ export function harness({ seed = [], serveArgs = [] } = {}) {
       execFileSync(brainBin, ['--db', h.db, 'sessions', 'import', seedFile]);
     }
     h.mockUrl = (await start(mockBin, ['--port', '0'])).split(' ').pop();
-    const line = await start(brainBin, ['--db', h.db, 'serve', '--listen', '127.0.0.1:0', '--provider-url', h.mockUrl, '--distill', 'off', ...serveArgs]);
+    const line = await start(brainBin, ['--db', h.db, 'serve', '--listen', '127.0.0.1:0', '--provider-url', providerUrl || h.mockUrl, '--distill', 'off', ...serveArgs]);
     h.base = line.split(' ')[2];
     h.browser = await chromium.launch({
       executablePath: chromiumPath,

@@ -132,6 +132,11 @@ fn list_show_and_search_from_the_terminal() {
 
     let hits = stdout_ok(&brain(&db, &["sessions", "search", "heron"]));
     assert!(hits.contains("**heron**"), "{hits}");
+    // The kind in words, never the internal event kind.
+    assert!(
+        hits.contains(" message ") && !hits.contains("user_message"),
+        "{hits}"
+    );
     let hits: Value = serde_json::from_str(&stdout_ok(&brain(
         &db,
         &["sessions", "search", "--json", "shallow", "water"],
@@ -139,6 +144,8 @@ fn list_show_and_search_from_the_terminal() {
     .unwrap();
     assert_eq!(hits["hits"].as_array().unwrap().len(), 1);
     assert_eq!(hits["hits"][0]["title"], "Heron notes");
+    assert_eq!(hits["hits"][0]["kind"], "user_message");
+    assert_eq!(hits["hits"][0]["label"], "message");
     assert_eq!(hits["hits"][0]["highlights"].as_array().unwrap().len(), 2);
 }
 

@@ -11,6 +11,7 @@ mod edges;
 mod engine;
 mod ledger;
 mod listing;
+mod mcp;
 mod migrations;
 mod provider;
 mod provider_health;

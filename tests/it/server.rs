@@ -275,6 +275,10 @@ fn the_api_surface() {
     let (_, hits) = call(&b, "GET", "/v1/search?q=otters", None);
     assert_eq!(hits["hits"][0]["session_id"], id);
     let hit = &hits["hits"][0];
+    assert_eq!(
+        (&hit["kind"], &hit["label"]),
+        (&json!("user_message"), &json!("message"))
+    );
     let snippet: Vec<char> = hit["snippet"].as_str().unwrap().chars().collect();
     let (from, to) = (
         hit["highlights"][0][0].as_u64().unwrap() as usize,
@@ -287,6 +291,7 @@ fn the_api_surface() {
     assert_eq!(all_usage["calls"], 3);
     let (_, models) = call(&b, "GET", "/v1/models", None);
     assert_eq!(models["chat_model"], "mock-model");
+    assert_eq!(models["provider"]["status"], "ok");
     assert_eq!(
         models["models"][0],
         json!({"id": "mock-model", "window": 4096, "window_source": "llama.cpp meta.n_ctx",
@@ -363,10 +368,24 @@ fn health_is_degraded_but_200_when_the_provider_is_down() {
         (end["type"].as_str(), end["status"].as_str()),
         (Some("end"), Some("failed"))
     );
+    let provider = format!("http://127.0.0.1:{port}/v1");
+    let error = frames
+        .iter()
+        .find(|f| f["type"] == "error" && f["code"] == "provider_unreachable")
+        .unwrap();
+    // The message names where brain looked and how to change it.
+    let message = error["message"].as_str().unwrap();
     assert!(
-        frames
-            .iter()
-            .any(|f| f["type"] == "error" && f["code"] == "provider_unreachable")
+        message.contains(&provider) && message.contains("--provider-url"),
+        "{message}"
+    );
+    let (_, transcript) = call(&b, "GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(transcript["items"][1]["message"], message);
+    // The page learns the same from /v1/models, for its first-run banner.
+    let (_, models) = call(&b, "GET", "/v1/models", None);
+    assert_eq!(
+        models["provider"],
+        json!({"url": provider, "status": "unreachable"})
     );
 }
 
@@ -843,6 +862,14 @@ fn sigkill_during_a_stream_keeps_the_message_and_the_partial_and_the_next_turn_s
         kinds[2..].iter().all(|k| *k == "pending_state") && kinds.len() > 2,
         "{kinds:?}"
     );
+    // Nothing said why it ended: the transcript's `ended` is null (the UI: "brain stopped").
+    let (_, transcript) = call(&b, "GET", &format!("/v1/sessions/{id}"), None);
+    let partial = &transcript["items"][1];
+    assert_eq!(partial["kind"], "interrupted");
+    assert!(
+        partial.get("ended").is_some_and(Value::is_null),
+        "{partial}"
+    );
     let (_, _, frames) = stream(
         &b,
         &format!("/v1/sessions/{id}/messages"),
@@ -896,6 +923,9 @@ fn sigterm_during_a_stream_exits_within_10_s_and_keeps_the_partial() {
         Some("pending_state"),
         "{kinds:?}"
     );
+    let last = store.events(sid, 1, None).unwrap().pop().unwrap();
+    let payload: Value = serde_json::from_str(&last.payload).unwrap();
+    assert_eq!(payload["ended"]["code"], "shutdown", "{payload}");
 }
 
 fn brain_lock(db: &TempDb) -> std::path::PathBuf {

@@ -73,6 +73,7 @@ pub fn pending(turn: u64, attempt: u32, text: &str) -> Payload {
         attempt,
         text: text.into(),
         reasoning: None,
+        ended: None,
     })
 }
 

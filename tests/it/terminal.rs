@@ -60,6 +60,13 @@ fn chat_through_a_pipe_against_the_server_then_resumed() {
         "{first}"
     );
     assert!(first.contains("to: second question"), "{first}");
+    // Through a pipe each line read is shown after the prompt, and a blank line ends each
+    // answer: the output reads as the conversation.
+    assert!(
+        first.contains("\nyou › hello there\nassistant: ")
+            && first.contains("\n\nyou › second question\n"),
+        "{first}"
+    );
     let id = first.split_whitespace().nth(1).unwrap().to_owned();
 
     let second = ok(&brain(
@@ -68,7 +75,7 @@ fn chat_through_a_pipe_against_the_server_then_resumed() {
         "third one\n/retry\n",
     ));
     assert!(
-        second.contains("you: hello there") && second.contains("you: second question"),
+        second.contains("you › hello there") && second.contains("you › second question"),
         "history: {second}"
     );
     assert!(second.contains("to: third one"), "{second}");
@@ -600,7 +607,7 @@ fn terminal_escapes_in_model_and_user_text_are_shown_not_obeyed() {
     ));
     assert_inert(&resumed);
     assert!(
-        resumed.contains("you: hi ^[[31mred") && resumed.contains("^[]0;pwned^G"),
+        resumed.contains("you › hi ^[[31mred") && resumed.contains("^[]0;pwned^G"),
         "{resumed}"
     );
 }

@@ -138,3 +138,78 @@ fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
     );
     assert_eq!(answer["text"], words);
 }
+
+/// Every interrupted answer says why it ended (SPEC §4, issue 16): stopped by the user, or
+/// cut by the provider; the code sits in the last checkpoint, which may carry no text.
+/// (A process killed mid-answer says nothing: see the SIGKILL test in `server.rs`.)
+#[test]
+fn interrupted_answers_say_whether_they_were_stopped_or_cut() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let server = Server::start(&db, &mock.url);
+    let id = server.post("/v1/sessions", json!({}))["id"]
+        .as_str()
+        .expect("session id")
+        .to_owned();
+
+    // Stopped once a checkpoint holds some text.
+    let words: String = (0..100).map(|i| format!("word{i} ")).collect();
+    mock.script(json!({"kind": "stream", "text": words, "delay_ms": 100}));
+    let url = format!("{}/v1/sessions/{id}/messages", server.url);
+    let client = std::thread::spawn(move || {
+        Server::agent()
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(json!({"message": "write a lot"}).to_string())
+            .and_then(|r| r.into_body().read_to_string())
+    });
+    let until = Instant::now() + Duration::from_secs(30);
+    while !server.get(&format!("/v1/sessions/{id}/events"))["events"]
+        .as_array()
+        .is_some_and(|es| es.iter().any(|e| e["kind"] == "pending_state"))
+    {
+        assert!(Instant::now() < until, "no checkpoint was written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.post(&format!("/v1/sessions/{id}/stop"), json!({}));
+    let body = client.join().expect("client").expect("stream");
+    assert!(body.contains(r#""status":"interrupted""#), "{body}");
+
+    // Cut by the provider after two chunks.
+    mock.script(
+        json!({"kind": "stream", "text": "alpha beta gamma delta", "chunks": 4, "cut_after": 3}),
+    );
+    // (the mock cuts the connection before its fourth frame: three pieces of text arrived)
+    let url = format!("{}/v1/sessions/{id}/messages", server.url);
+    let body = Server::agent()
+        .post(&url)
+        .header("Content-Type", "application/json")
+        .send(json!({"message": "again"}).to_string())
+        .and_then(|r| r.into_body().read_to_string())
+        .expect("stream");
+    assert!(body.contains(r#""status":"interrupted""#), "{body}");
+
+    let transcript = server.get(&format!("/v1/sessions/{id}"));
+    assert_eq!(
+        kinds(&transcript),
+        ["user", "interrupted", "user", "interrupted"],
+        "{transcript:#}"
+    );
+    let ended = |i: usize| transcript["items"][i]["ended"]["code"].clone();
+    assert_eq!(
+        (ended(1), ended(3)),
+        (json!("stopped"), json!("provider_cut"))
+    );
+    let cut = &transcript["items"][3];
+    let partial = cut["text"].as_str().unwrap_or_default();
+    assert!(
+        !partial.is_empty() && partial.len() < 22 && "alpha beta gamma delta".starts_with(partial),
+        "{cut:#}"
+    );
+    assert!(
+        cut["ended"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{cut:#}"
+    );
+}

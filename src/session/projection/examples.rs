@@ -147,6 +147,54 @@ fn a_trailing_partial_ends_with_the_interrupted_note_and_checkpoints_concatenate
     );
 }
 
+/// The last checkpoint says why the attempt ended (it may add no text): the transcript
+/// tells "you stopped it" from "the model was cut off", and the model sees the same
+/// partial either way. An attempt whose process died says nothing: `ended` is null.
+#[test]
+fn an_interrupted_item_says_why_it_ended_and_an_empty_last_checkpoint_changes_no_context() {
+    let mut log = Log::new("s");
+    let u1 = log.user("count");
+    log.checkpoint(u1, 1, "1, 2");
+    let before = log.context();
+    log.ended(u1, 1, "", "stopped");
+    let after = log.context();
+    assert_eq!(
+        msgs(&before),
+        msgs(&after),
+        "no text, no change for the model"
+    );
+    let u2 = log.user("again");
+    log.checkpoint(u2, 1, "1, ");
+    log.ended(u2, 1, "2, 3", "provider_cut");
+    let u3 = log.user("and again");
+    log.checkpoint(u3, 1, "1");
+    let items = ui_transcript(&log.events, None);
+    let ends: Vec<(String, Option<String>)> = items
+        .iter()
+        .filter_map(|i| match &i.body {
+            ItemBody::Interrupted { text, ended, .. } => {
+                Some((text.clone(), ended.as_ref().map(|e| e.code.clone())))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("1, 2".to_owned(), Some("stopped".to_owned())),
+            ("1, 2, 3".to_owned(), Some("provider_cut".to_owned())),
+            ("1".to_owned(), None),
+        ]
+    );
+    let json = serde_json::to_value(&items).unwrap();
+    let last = json.as_array().unwrap().last().unwrap();
+    assert!(
+        last["ended"].is_null() && last.get("ended").is_some(),
+        "{last}"
+    );
+    assert_eq!(json[1]["ended"]["message"], "ended: stopped");
+}
+
 #[test]
 fn a_follow_up_keeps_the_partial_before_it() {
     let mut log = Log::new("s");
@@ -528,6 +576,7 @@ fn the_running_attempts_checkpoints_are_one_streaming_item() {
         attempt: 1,
         text: "far".into(),
         reasoning: Some("thinking".into()),
+        ended: None,
     }));
     // Without the engine's word, the log cannot tell running from cut off.
     assert_eq!(

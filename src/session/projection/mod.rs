@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::events::{
-    AssistantTurn, CompactionApplied, Decoded, Event, Payload, PendingState, TitledBy,
+    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState, TitledBy,
     ToolExecution, TurnFailed, TurnMemory, Usage,
 };
 
@@ -290,6 +290,9 @@ pub enum ItemBody {
         attempt: u32,
         text: String,
         reasoning: Option<String>,
+        /// Why it ended, from its last checkpoint; `None` (null) when brain never said:
+        /// the process died mid-answer.
+        ended: Option<AttemptEnd>,
     },
     /// The checkpoints of the attempt that is still running: a reader shows them as the
     /// answer so far and follows the rest through `/live`, not as a cut-off answer.
@@ -415,11 +418,13 @@ fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
                     reasoning,
                 }
             } else {
+                let ended = cps.iter().rev().find_map(|c| c.ended.clone());
                 ItemBody::Interrupted {
                     turn,
                     attempt,
                     text,
                     reasoning,
+                    ended,
                 }
             }
         }

@@ -318,10 +318,12 @@ proptest! {
             prop_assert_eq!((o.seq, &o.created_at), (l.seq, &l.created_at));
             match (&o.body, &l.body) {
                 (
-                    ItemBody::Interrupted { turn, attempt, text, reasoning },
+                    ItemBody::Interrupted { turn, attempt, text, reasoning, ended },
                     ItemBody::Streaming { turn: t, attempt: a, text: x, reasoning: r },
                 ) => {
                     prop_assert_eq!((*turn, *attempt), active);
+                    // A running attempt has not ended: nothing says why it did.
+                    prop_assert_eq!(ended, &None);
                     prop_assert_eq!((turn, attempt, text, reasoning), (t, a, x, r));
                 }
                 (o, l) => prop_assert_eq!(o, l),

@@ -1,0 +1,464 @@
+//! MCP over a child process's stdio: newline-delimited JSON-RPC on stdin/stdout, stderr
+//! to brain's log. One reader thread hands each answer to the request waiting for its id;
+//! the server's own requests (`ping`, `roots/list`) are answered there too. A line over
+//! [`MAX_MESSAGE_BYTES`], a line that is not JSON-RPC, or the end of stdout ends the
+//! connection: pending calls fail at once and the process is killed (its owner restarts
+//! it on next use).
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Value, json};
+
+use super::jsonrpc::{self, Incoming};
+use super::{Link, MAX_MESSAGE_BYTES, McpError};
+
+/// How long a closing server gets to exit after its stdin closes, before it is killed.
+pub const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How often a waiting request looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+/// The longest stderr line logged (the rest is cut), and how many are kept for errors.
+const MAX_STDERR_LINE_BYTES: usize = 4096;
+const STDERR_TAIL_LINES: usize = 5;
+/// How long a server whose stdout closed gets to finish writing its stderr.
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
+
+/// How to start a server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spawn {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+type Waiter = mpsc::Sender<Result<Value, McpError>>;
+
+/// What the reader thread and the callers share.
+struct Shared {
+    name: String,
+    pending: Mutex<HashMap<u64, Waiter>>,
+    /// Why the connection ended, once it has.
+    broken: Mutex<Option<String>>,
+    /// Signalled when `broken` is set.
+    ended: Condvar,
+    tools_changed: AtomicBool,
+    stdin: Mutex<Option<ChildStdin>>,
+    stderr_tail: Mutex<VecDeque<String>>,
+}
+
+impl Shared {
+    /// Ends the connection: every waiting call fails with `why`.
+    fn fail(&self, why: String) {
+        let mut broken = self.broken.lock();
+        if broken.is_none() {
+            log::warn!("MCP server {}: {why}", self.name);
+            *broken = Some(why.clone());
+        }
+        drop(broken);
+        self.ended.notify_all();
+        self.stdin.lock().take();
+        for (_, w) in self.pending.lock().drain() {
+            let _ = w.send(Err(McpError::Closed(self.describe(&why))));
+        }
+    }
+
+    /// `why`, with the server's last words on stderr when it left some.
+    fn describe(&self, why: &str) -> String {
+        let tail = self.stderr_tail.lock();
+        match tail.back() {
+            Some(last) => format!("{why} (its stderr: {last})"),
+            None => why.to_owned(),
+        }
+    }
+
+    fn write_line(&self, line: &str) -> Result<(), McpError> {
+        let mut stdin = self.stdin.lock();
+        let Some(pipe) = stdin.as_mut() else {
+            let why = self
+                .broken
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "closed".into());
+            return Err(McpError::Closed(self.describe(&why)));
+        };
+        let written = pipe
+            .write_all(line.as_bytes())
+            .and_then(|()| pipe.write_all(b"\n"))
+            .and_then(|()| pipe.flush());
+        drop(stdin);
+        written.map_err(|e| {
+            // A closed pipe usually means the process has exited: the reader is about to
+            // say so, with its last words, which say more than EPIPE.
+            let mut broken = self.broken.lock();
+            if broken.is_none() {
+                self.ended
+                    .wait_for(&mut broken, STDERR_SETTLE + CANCEL_POLL);
+            }
+            let why = broken
+                .clone()
+                .unwrap_or_else(|| format!("cannot write to it: {e}"));
+            drop(broken);
+            self.fail(why.clone());
+            McpError::Closed(self.describe(&why))
+        })
+    }
+}
+
+/// A running server process.
+pub struct StdioLink {
+    shared: Arc<Shared>,
+    child: Mutex<Option<Child>>,
+    next_id: AtomicU64,
+}
+
+impl StdioLink {
+    /// Starts the process and its reader threads. `name` is for the log.
+    pub fn spawn(name: &str, how: &Spawn) -> Result<StdioLink, McpError> {
+        let mut cmd = Command::new(&how.command);
+        cmd.args(&how.args)
+            .envs(how.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = &how.cwd {
+            cmd.current_dir(dir);
+        }
+        #[cfg(unix)]
+        {
+            // Its own process group: a Ctrl-C meant for brain does not reach it before
+            // brain closes it, and closing can end its children too (`npx` runs `node`).
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| McpError::Spawn(format!("{}: {e}", how.command)))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            return Err(McpError::Spawn("its pipes could not be opened".into()));
+        };
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            pending: Mutex::new(HashMap::new()),
+            broken: Mutex::new(None),
+            ended: Condvar::new(),
+            tools_changed: AtomicBool::new(false),
+            stdin: Mutex::new(Some(stdin)),
+            stderr_tail: Mutex::new(VecDeque::new()),
+        });
+        let reader = Arc::clone(&shared);
+        let logger = Arc::clone(&shared);
+        // Dropped when stderr ends, so a server that dies can be described by its last
+        // words (they may arrive just after its stdout closes).
+        let (stderr_open, stderr_done) = mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mcp-{name}"))
+            .spawn(move || read_stdout(&reader, stdout, &stderr_done))
+            .and_then(|_| {
+                std::thread::Builder::new()
+                    .name(format!("mcp-{name}-stderr"))
+                    .spawn(move || {
+                        read_stderr(&logger, stderr);
+                        drop(stderr_open);
+                    })
+            });
+        if let Err(e) = spawned {
+            let _ = child.kill();
+            return Err(McpError::Spawn(format!("cannot start a thread: {e}")));
+        }
+        Ok(StdioLink {
+            shared,
+            child: Mutex::new(Some(child)),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().as_ref().map(Child::id)
+    }
+
+    fn kill(&self, child: &mut Child) {
+        #[cfg(unix)]
+        {
+            // The whole group: a wrapper's children go too.
+            let pgid = child.id() as libc::pid_t;
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory
+            // is touched.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Link for StdioLink {
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        deadline: Instant,
+        cancel: &AtomicBool,
+    ) -> Result<Value, McpError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        self.shared.pending.lock().insert(id, tx);
+        if let Some(why) = self.shared.broken.lock().clone() {
+            self.shared.pending.lock().remove(&id);
+            return Err(McpError::Closed(self.shared.describe(&why)));
+        }
+        self.shared
+            .write_line(&jsonrpc::request(id, method, params))?;
+        let started = Instant::now();
+        loop {
+            let now = Instant::now();
+            let gave_up = if cancel.load(Ordering::Relaxed) {
+                Some(McpError::Cancelled)
+            } else if now >= deadline {
+                Some(McpError::Timeout(now - started))
+            } else {
+                None
+            };
+            if let Some(e) = gave_up {
+                self.shared.pending.lock().remove(&id);
+                let reason = if e == McpError::Cancelled {
+                    "the user stopped the answer"
+                } else {
+                    "timeout"
+                };
+                let _ = self.shared.write_line(&jsonrpc::notification(
+                    "notifications/cancelled",
+                    Some(json!({"requestId": id, "reason": reason})),
+                ));
+                return Err(e);
+            }
+            match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
+                Ok(answer) => return answer,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(McpError::Closed("the connection ended".into()));
+                }
+            }
+        }
+    }
+
+    fn notify(&self, method: &str, params: Option<Value>) -> Result<(), McpError> {
+        self.shared
+            .write_line(&jsonrpc::notification(method, params))
+    }
+
+    fn take_tools_changed(&self) -> bool {
+        self.shared.tools_changed.swap(false, Ordering::Relaxed)
+    }
+
+    fn broken(&self) -> Option<String> {
+        self.shared.broken.lock().clone()
+    }
+
+    /// Closes stdin (MCP's shutdown for stdio), waits [`EXIT_GRACE`] for the process to
+    /// leave, then kills its group.
+    fn close(&self) {
+        let Some(mut child) = self.child.lock().take() else {
+            return;
+        };
+        self.shared.fail("closed by brain".into());
+        let until = Instant::now() + EXIT_GRACE;
+        while Instant::now() < until {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(CANCEL_POLL);
+        }
+        self.kill(&mut child);
+    }
+}
+
+impl Drop for StdioLink {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The reader thread: dispatches every message until stdout ends or breaks the protocol.
+fn read_stdout(shared: &Shared, stdout: impl Read, stderr_done: &mpsc::Receiver<()>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = Vec::new();
+    let why = loop {
+        match read_line(&mut reader, &mut line, MAX_MESSAGE_BYTES, false) {
+            Ok(Line::Eof) => {
+                let _ = stderr_done.recv_timeout(STDERR_SETTLE);
+                break "it exited (its stdout closed)".to_owned();
+            }
+            Ok(Line::TooLong) => {
+                break format!("it wrote a line longer than {MAX_MESSAGE_BYTES} bytes");
+            }
+            Err(e) => break format!("cannot read its stdout: {e}"),
+            Ok(Line::Complete) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        match jsonrpc::parse(&text) {
+            Ok(messages) => {
+                for m in messages {
+                    dispatch(shared, m);
+                }
+            }
+            Err(e) => {
+                let shown: String = text.chars().take(200).collect();
+                break format!("it wrote something that is not JSON-RPC ({e}): {shown:?}");
+            }
+        }
+    };
+    shared.fail(why);
+}
+
+fn dispatch(shared: &Shared, m: Incoming) {
+    match m {
+        Incoming::Response { id, result } => {
+            if let Some(w) = shared.pending.lock().remove(&id) {
+                let _ = w.send(result.map_err(McpError::Rpc));
+            }
+        }
+        Incoming::Request { id, method, .. } => {
+            let answer = match method.as_str() {
+                "ping" => Ok(json!({})),
+                "roots/list" => Ok(json!({"roots": []})),
+                _ => Err((jsonrpc::METHOD_NOT_FOUND, "brain does not offer this")),
+            };
+            let _ = shared.write_line(&jsonrpc::response(&id, answer));
+        }
+        Incoming::Notification { method, .. } => {
+            if method == "notifications/tools/list_changed" {
+                shared.tools_changed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The server's stderr, line by line, to the log (and the last few kept for errors).
+fn read_stderr(shared: &Shared, stderr: impl Read) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        match read_line(&mut reader, &mut line, MAX_STDERR_LINE_BYTES, true) {
+            Ok(Line::Eof) | Err(_) => return,
+            Ok(Line::Complete | Line::TooLong) => {}
+        }
+        let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+        if text.is_empty() {
+            continue;
+        }
+        log::info!("MCP server {}: {text}", shared.name);
+        let mut tail = shared.stderr_tail.lock();
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text);
+    }
+}
+
+enum Line {
+    Complete,
+    /// Over the limit: `buf` holds the first `max` bytes and the rest of the line was
+    /// skipped (stderr) or not read (stdout stops there).
+    TooLong,
+    Eof,
+}
+
+/// Reads one `\n`-terminated line into `buf` (without the newline), never holding more
+/// than `max` bytes; past that, the rest of the line is skipped when `skip_rest`, else
+/// reading stops there. A last line without a newline counts as a line.
+fn read_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+    skip_rest: bool,
+) -> std::io::Result<Line> {
+    buf.clear();
+    let mut too_long = false;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(if too_long {
+                Line::TooLong
+            } else if buf.is_empty() {
+                Line::Eof
+            } else {
+                Line::Complete
+            });
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        too_long |= take > room;
+        reader.consume(if done { take + 1 } else { take });
+        if done {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Complete
+            });
+        }
+        if too_long && !skip_rest {
+            return Ok(Line::TooLong);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize, skip_rest: bool) -> Vec<(String, &'static str)> {
+        let mut r = BufReader::with_capacity(3, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let l = read_line(&mut r, &mut buf, max, skip_rest).unwrap();
+            let kind = match l {
+                Line::Eof => return out,
+                Line::Complete => "ok",
+                Line::TooLong => "long",
+            };
+            out.push((String::from_utf8_lossy(&buf).into_owned(), kind));
+        }
+    }
+
+    #[test]
+    fn lines_are_read_whole_across_buffers_and_bounded() {
+        assert_eq!(
+            lines(b"abcdef\nxy\n\nlast", 100, true),
+            [
+                ("abcdef".into(), "ok"),
+                ("xy".into(), "ok"),
+                ("".into(), "ok"),
+                ("last".into(), "ok")
+            ]
+        );
+        assert_eq!(
+            lines(b"0123456789\nok\n", 4, true),
+            [("0123".into(), "long"), ("ok".into(), "ok")]
+        );
+        // Without skipping, reading stops at the limit (stdout is closed after it).
+        assert_eq!(
+            lines(b"0123456789\nok\n", 4, false)[0],
+            ("0123".into(), "long")
+        );
+    }
+}
