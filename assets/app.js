@@ -4,7 +4,7 @@ import { $, state, setStatus } from './js/dom.js';
 import { api } from './js/api.js';
 import { loadSessions, onSearch } from './js/sessions.js';
 import { initLayout, contextToggled } from './js/layout.js';
-import { openSession, renderHeader, runStream, send, refreshContext, loadModels, startRename, onDelete } from './js/session.js';
+import { openSession, renderHeader, retry, send, refreshContext, loadModels, startRename, onDelete } from './js/session.js';
 
 function init() {
   initLayout();
@@ -14,7 +14,7 @@ function init() {
   });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && state.streaming && state.id) api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch(() => {}); });
   $('stop').addEventListener('click', () => api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch((e) => setStatus(e.message)));
-  $('retry').addEventListener('click', () => state.id && runStream('/v1/sessions/' + state.id + '/retry', {}, state.id));
+  $('retry').addEventListener('click', retry);
   $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); $('transcript').textContent = ''; renderHeader(); $('message').focus(); });
   $('search').addEventListener('input', onSearch);
   $('show-archived').addEventListener('change', () => loadSessions(true));
@@ -27,12 +27,15 @@ function init() {
   $('token-form').addEventListener('submit', (e) => { e.preventDefault(); localStorage.setItem('brain.token', $('token').value.trim()); $('token-gate').hidden = true; boot(); });
   new IntersectionObserver((entries) => { if (entries.some((x) => x.isIntersecting)) loadSessions(false); }).observe($('list-sentinel'));
   window.addEventListener('popstate', () => route());
+  // A `#seq-N` typed or followed on the open session shows that item (loading earlier pages).
+  window.addEventListener('hashchange', () => { if (/^#seq-\d+$/.test(location.hash)) route(); });
   boot();
 }
 
 function route() {
   const m = location.pathname.match(/^\/sessions\/([0-9a-fA-F-]{36})$/);
-  if (m) openSession(m[1].toLowerCase(), false).catch((e) => setStatus(e.message));
+  const at = location.hash.match(/^#seq-(\d+)$/);
+  if (m) openSession(m[1].toLowerCase(), false, at ? Number(at[1]) : undefined).catch((e) => setStatus(e.message));
 }
 
 function boot() {

@@ -2,6 +2,7 @@
 // model text is rendered by marked (raw HTML escaped, images turned into links) and
 // sanitised by DOMPurify before it reaches the page.
 import { el, tokens } from './dom.js';
+import { enhanceCode, copyButton } from './code.js';
 
 let markedReady = false;
 function setupMarkdown() {
@@ -33,6 +34,7 @@ export function markdown(text) {
     FORBID_TAGS: ['img', 'style', 'iframe', 'form', 'input', 'button', 'svg', 'math', 'video', 'audio'],
     FORBID_ATTR: ['style', 'srcset'],
   });
+  enhanceCode(box);
   return box;
 }
 
@@ -56,15 +58,20 @@ export function itemElement(item) {
         tokens(u.output_tokens) + ' out', (item.duration_ms / 1000).toFixed(1) + ' s',
         item.attempt > 1 ? 'attempt ' + item.attempt : null, item.finish_reason === 'length' ? 'cut at the token limit' : null]
         .filter(Boolean).join(' · ')));
+      node.append(answerActions(item));
       break;
     }
-    case 'interrupted':
+    case 'interrupted': {
       node = el('div', 'msg assistant interrupted');
       node.append(el('span', 'badge', 'interrupted'), markdown(item.text));
-      node.append(el('div', 'meta', 'The answer was cut off here' + (item.attempt > 1 ? ' (attempt ' + item.attempt + ')' : '') + '. Send a message to continue, or retry.'));
+      const [words, detail] = endedWords(item.ended);
+      node.append(stateLine(words + (item.attempt > 1 ? ' (attempt ' + item.attempt + ')' : '') + '.', detail));
+      node.append(answerActions(item));
       break;
+    }
     case 'error':
-      node = el('div', 'notice error', 'No answer: ' + item.code + ' — ' + item.message);
+      node = failureNotice(item.code, item.message, false);
+      node.dataset.turn = item.turn;
       break;
     case 'compaction': {
       // An extractive digest stands in when no model could summarise: say so on the divider.
@@ -81,7 +88,7 @@ export function itemElement(item) {
       break;
     }
     case 'title':
-      node = el('div', 'notice', 'Renamed to “' + item.title + '”' + (item.by === 'auto' ? ' (automatic)' : ''));
+      node = el('div', item.by === 'auto' ? 'notice title-auto' : 'notice', 'Renamed to “' + item.title + '”' + (item.by === 'auto' ? ' (automatic)' : ''));
       break;
     case 'tool': {
       node = el('details', 'notice tool');
@@ -95,6 +102,57 @@ export function itemElement(item) {
   return node;
 }
 
+// What ended an interrupted answer, from its `ended` ({code, message}, or null when brain
+// recorded no end: the process was killed): the headline, and the detail in small print.
+function endedWords(ended) {
+  if (!ended) return ['brain stopped before this answer finished (the text so far was saved)', ''];
+  if (ended.code === 'stopped') return ['You stopped this answer', ''];
+  if (ended.code === 'shutdown') return ['The server stopped while answering', ''];
+  return ['The connection to the model was cut', [ended.code, ended.message].filter(Boolean).join(': ')];
+}
+
+// A failed attempt (no text at all), in words; the code and message go in the detail.
+const FAILED = {
+  provider_unreachable: 'brain could not reach the model server',
+  first_token_timeout: 'The model did not start answering in time',
+  empty_answer: 'The model sent an empty answer',
+  context_overflow: 'The conversation is too long for the model’s context window',
+  stopped: 'You stopped this answer before it began',
+  shutdown: 'The server stopped before the answer began',
+  provider_cut: 'The connection to the model was cut before any text arrived',
+  idle_timeout: 'The model went silent before any text arrived',
+  provider_timeout: 'The model server did not answer in time',
+  provider_error: 'The model server reported an error',
+  provider_http_error: 'The model server answered with an HTTP error',
+  provider_malformed: 'The model server sent a reply brain could not read',
+  internal: 'brain hit an internal error',
+};
+
+// A failed or cut-off attempt as a notice (also for a stream's `error` frame, where text may
+// already have arrived).
+export function failureNotice(code, message, hadText) {
+  const node = el('div', 'notice error');
+  const words = hadText ? endedWords({ code, message })[0] : FAILED[code] || 'No answer: the call to the model failed';
+  node.append(stateLine(words, [code, message].filter(Boolean).join(': ')));
+  return node;
+}
+
+function stateLine(words, detail) {
+  const line = el('div', 'state');
+  line.append(el('span', 'state-words', words));
+  if (detail) line.append(el('span', 'state-detail', detail));
+  return line;
+}
+
+// The actions under an answer: copy its markdown source.
+function answerActions(item) {
+  const bar = el('div', 'answer-actions');
+  const copy = copyButton('Copy', () => item.text || '');
+  copy.classList.add('copy-answer');
+  copy.title = 'Copy this answer as markdown';
+  bar.append(copy);
+  return bar;
+}
 
 // The snippet as text nodes with <mark> around the highlight ranges (in characters).
 export function highlighted(snippet, ranges) {

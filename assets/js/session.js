@@ -2,10 +2,11 @@
 // the model picker, rename and delete.
 import { $, el, state, tokens, setStatus } from './dom.js';
 import { api, headers, readFrames } from './api.js';
-import { itemElement, markdown } from './render.js';
+import { failureNotice, itemElement, markdown } from './render.js';
 import { loadSessions } from './sessions.js';
 import { providerBanner } from './layout.js';
 import { followTitle } from './title.js';
+import { renderItems, startPaging, reveal, isOpen, offerRetry } from './transcript.js';
 
 
 function setStreaming(on) {
@@ -13,15 +14,24 @@ function setStreaming(on) {
   $('stop').hidden = !on;
   $('send').disabled = on;
   $('retry').disabled = on || !state.id;
+  if (on) document.querySelectorAll('.inline-retry').forEach((b) => b.remove());
 }
 
+export function retry() {
+  if (state.id && !state.streaming) runStream('/v1/sessions/' + state.id + '/retry', {}, state.id);
+}
+
+// Opens session `id` at its newest page, or, with `seq`, at that item (loading the earlier
+// pages it needs) highlighted.
 export async function openSession(id, push, seq) {
   // Another session: the last one's status line is not about this one.
   if (id !== state.id) setStatus('');
+  if (push) history.pushState({ id }, '', '/sessions/' + id + (seq ? '#seq-' + seq : ''));
+  if (seq && state.id === id && isOpen(id)) { await reveal(seq); return; }
   state.id = id;
-  if (push) history.pushState({ id }, '', '/sessions/' + id);
   document.querySelectorAll('.session-link').forEach((a) => a.classList.toggle('active', a.dataset.id === id));
-  const data = await api('/v1/sessions/' + id + '?limit=1000');
+  const data = await api('/v1/sessions/' + id);
+  if (state.id !== id) return;
   state.session = data.session;
   renderHeader();
   const t = $('transcript');
@@ -29,13 +39,12 @@ export async function openSession(id, push, seq) {
   // The running attempt's checkpoints are its answer so far: one live bubble, which
   // `/live` continues (never a cut-off copy plus a second live one).
   let live = null;
-  for (const item of data.items) {
-    if (item.kind === 'streaming') { live = liveBubble(item); t.append(live.box); }
-    else t.append(itemElement(item));
-  }
-  const target = seq && t.querySelector('[data-seq="' + seq + '"]');
-  if (target) { target.scrollIntoView({ block: 'center' }); target.classList.add('found'); } else t.scrollTop = t.scrollHeight;
+  t.append(renderItems(data.items, (item) => { live = liveBubble(item); return live.box; }));
+  startPaging(id, data.items, data.more);
+  t.scrollTop = t.scrollHeight;
+  if (seq) await reveal(seq);
   setStreaming(false);
+  if (!data.session.turn_active && !live) offerRetry(retry);
   refreshContext();
   // A `streaming` item with no active turn means it ended just now: `/live` still has it.
   if (data.session.turn_active || live) attachLive(id, live);
@@ -100,7 +109,7 @@ function streamInto(adopted) {
     else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…' }[f.phase] || '');
     else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }
     else if (f.type === 'reasoning') { if (bubble) bubble.addReasoning(f.text); }
-    else if (f.type === 'error') t.append(el('div', 'notice error', f.code + ': ' + f.message));
+    else if (f.type === 'error') t.append(failureNotice(f.code, f.message, !!(bubble && bubble.text)));
     else if (f.type === 'end') {
       if (bubble) bubble.finish();
       setStatus(f.status === 'completed' ? '' : 'The answer ' + (f.status === 'interrupted' ? 'was interrupted' : 'failed') + '.');

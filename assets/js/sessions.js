@@ -38,6 +38,44 @@ export async function loadSessions(reset) {
   } catch (e) { setStatus(e.message); } finally { state.loading = false; }
 }
 
+// What a hit is, in words (the API's `label`; the same mapping for a server without it).
+const LABELS = { user_message: 'message', assistant_turn: 'answer', pending_state: 'interrupted answer', compaction_applied: 'summary', session_titled: 'title' };
+function label(h) { return h.label || LABELS[h.kind] || String(h.kind || '').replace(/_/g, ' '); }
+
+// Shown per session before "N more in this session".
+const BEST = 3;
+
+function hitLink(h) {
+  const a = el('a', 'hit');
+  a.href = '/sessions/' + h.session_id + '#seq-' + h.seq;
+  a.append(el('span', 'kind', label(h)), highlighted(h.snippet, h.highlights));
+  a.addEventListener('click', (e) => { e.preventDefault(); openSession(h.session_id, true, h.seq).catch((x) => setStatus(x.message)); });
+  return a;
+}
+
+// Hits grouped by session, in the order of each session's best hit.
+function renderHits(box, hits) {
+  const groups = new Map();
+  for (const h of hits) {
+    if (!groups.has(h.session_id)) groups.set(h.session_id, []);
+    groups.get(h.session_id).push(h);
+  }
+  for (const [, list] of groups) {
+    const g = el('div', 'hit-group');
+    const head = el('div', 'hit-head');
+    head.append(el('span', 't', list[0].title || 'Untitled'), el('span', 'when', dayLabel(list[0].created_at)));
+    g.append(head);
+    list.slice(0, BEST).forEach((h) => g.append(hitLink(h)));
+    if (list.length > BEST) {
+      const more = el('button', 'hit-more', (list.length - BEST) + ' more in this session');
+      more.type = 'button';
+      more.addEventListener('click', () => { more.replaceWith(...list.slice(BEST).map(hitLink)); });
+      g.append(more);
+    }
+    box.append(g);
+  }
+}
+
 let searchTimer = null;
 export function onSearch() {
   clearTimeout(searchTimer);
@@ -46,18 +84,11 @@ export function onSearch() {
     const box = $('search-results');
     if (!q) { box.hidden = true; box.textContent = ''; return; }
     try {
-      const { hits } = await api('/v1/search?' + new URLSearchParams({ q, limit: '20' }));
+      const { hits } = await api('/v1/search?' + new URLSearchParams({ q, limit: '50' }));
       box.textContent = '';
       if (!hits.length) box.append(el('div', 'muted', 'No matches'));
-      for (const h of hits) {
-        const a = el('a', 'hit');
-        a.href = '/sessions/' + h.session_id;
-        a.append(el('span', 't', h.title || 'Untitled'), highlighted(h.snippet, h.highlights));
-        a.addEventListener('click', (e) => { e.preventDefault(); openSession(h.session_id, true, h.seq); });
-        box.append(a);
-      }
+      renderHits(box, hits);
       box.hidden = false;
     } catch (e) { setStatus(e.message); }
   }, 250);
 }
-

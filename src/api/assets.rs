@@ -1,6 +1,7 @@
 //! The web UI's files, embedded in the binary (no Node at build or run time). The markdown
-//! renderer (marked 18.2.1) and sanitiser (DOMPurify 3.5.0) are vendored, pinned copies of
-//! the npm packages; their licences sit beside them in `assets/vendor`.
+//! renderer (marked 18.2.1), sanitiser (DOMPurify 3.5.0) and code highlighter (highlight.js
+//! 11.11.1, the common-languages build of `@highlightjs/cdn-assets`) are vendored, pinned
+//! copies of the npm packages; their licences sit beside them in `assets/vendor`.
 
 /// The page's Content-Security-Policy: scripts only from this server, none inline; no
 /// frames, plugins or foreign connections.
@@ -27,13 +28,16 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("app.js", JS),
     asset!("app.css", CSS),
     asset!("js/api.js", JS),
+    asset!("js/code.js", JS),
     asset!("js/dom.js", JS),
     asset!("js/layout.js", JS),
     asset!("js/render.js", JS),
     asset!("js/session.js", JS),
     asset!("js/sessions.js", JS),
     asset!("js/title.js", JS),
+    asset!("js/transcript.js", JS),
     asset!("favicon.svg", SVG),
+    asset!("vendor/highlight.min.js", JS),
     asset!("vendor/marked.umd.js", JS),
     asset!("vendor/purify.min.js", JS),
 ];

@@ -1,0 +1,133 @@
+// The open transcript's older pages: the newest page is shown first; earlier ones are
+// fetched (`before_seq`, `more`) as the reader scrolls up and prepended without moving what
+// is on screen. A link or search hit to an early item loads pages until it is present.
+import { $, el } from './dom.js';
+import { api } from './api.js';
+import { itemElement } from './render.js';
+
+const PAGE = 200;
+// Start fetching the previous page this far before the reader reaches the top.
+const AHEAD_PX = 600;
+
+const pager = { id: null, before: null, more: false, loading: null, gen: 0 };
+let top = null;
+let observer = null;
+
+// The row at the top of the transcript: the observed sentinel, and the loading notice.
+function topRow() {
+  if (!top) {
+    top = el('div', 'transcript-top');
+    top.append(el('span', 'muted', 'Loading earlier messages…'));
+    observer = new IntersectionObserver((entries) => {
+      if (entries.some((x) => x.isIntersecting)) loadEarlier();
+    }, { root: $('transcript'), rootMargin: AHEAD_PX + 'px 0px 0px 0px' });
+    observer.observe(top);
+  }
+  return top;
+}
+
+function showLoading(on) { top.classList.toggle('loading', on); }
+
+// Renders items in seq order; `streaming` (the running attempt) goes through `live`.
+export function renderItems(items, live) {
+  const frag = document.createDocumentFragment();
+  for (const item of items) frag.append(item.kind === 'streaming' && live ? live(item) : itemElement(item));
+  return frag;
+}
+
+// Shows a freshly opened session's newest page (already rendered into the transcript).
+export function startPaging(id, items, more) {
+  pager.gen++;
+  pager.id = id;
+  pager.before = items.length ? items[0].seq : null;
+  pager.more = !!more && pager.before !== null;
+  pager.loading = null;
+  const t = $('transcript');
+  const row = topRow();
+  showLoading(false);
+  row.hidden = !pager.more;
+  t.prepend(row);
+  placeTitles(t);
+}
+
+// Fetches and prepends the page before the oldest loaded item; one fetch at a time.
+export function loadEarlier() {
+  if (pager.loading) return pager.loading;
+  if (!pager.more || !top || !top.isConnected) return Promise.resolve();
+  const gen = pager.gen;
+  const { id, before } = pager;
+  showLoading(true);
+  pager.loading = (async () => {
+    const data = await api('/v1/sessions/' + id + '?' + new URLSearchParams({ before_seq: before, limit: PAGE }));
+    if (gen !== pager.gen) return;
+    const t = $('transcript');
+    // Keep what the reader sees where it is: the added height goes above the viewport.
+    const height = t.scrollHeight;
+    const scrolled = t.scrollTop;
+    top.after(renderItems(data.items));
+    placeTitles(t);
+    t.scrollTop = scrolled + (t.scrollHeight - height);
+    pager.before = data.items.length ? data.items[0].seq : pager.before;
+    pager.more = data.more && data.items.length > 0;
+    top.hidden = !pager.more;
+  })().finally(() => {
+    if (gen !== pager.gen) return;
+    pager.loading = null;
+    showLoading(false);
+    // Still at the top (a short page): the observer will not fire again by itself.
+    const t = $('transcript');
+    if (pager.more && t.scrollTop <= AHEAD_PX) requestAnimationFrame(() => loadEarlier());
+  });
+  return pager.loading;
+}
+
+// Loads pages until item `seq` (or the item holding it) is present, then shows it
+// highlighted.
+export async function reveal(seq) {
+  const gen = pager.gen;
+  const t = $('transcript');
+  while (gen === pager.gen && pager.more && pager.before !== null && pager.before > seq) {
+    const before = pager.before;
+    try { await loadEarlier(); } catch { break; }
+    if (pager.before === before) break;
+  }
+  if (gen !== pager.gen) return;
+  // The item at `seq`, else the one that holds it (an interrupted answer sits at its first
+  // checkpoint; a hit may name a later one).
+  let best = null;
+  for (const n of t.querySelectorAll('[data-seq]')) {
+    const s = Number(n.dataset.seq);
+    if (s > 0 && s <= seq && (!best || s > Number(best.dataset.seq))) best = n;
+  }
+  t.querySelectorAll('.found').forEach((n) => n.classList.remove('found'));
+  if (!best) return;
+  best.classList.add('found');
+  best.scrollIntoView({ block: 'center' });
+}
+
+export function isOpen(id) { return pager.id === id && !!top && top.isConnected; }
+
+// An automatic title is written while the first answer streams, so its seq falls between
+// the question and the answer: shown after the answer instead (the seq stays on the node).
+const ANSWER = '.msg.assistant, .msg.interrupted, .notice.error';
+function placeTitles(t) {
+  for (const n of t.querySelectorAll('.notice.title-auto')) {
+    const question = n.previousElementSibling;
+    const answer = n.nextElementSibling;
+    if (question && question.matches('.msg.user') && answer && answer.matches(ANSWER)) answer.after(n);
+  }
+}
+
+// An inline Retry on the newest answer when it failed or was cut off (retry only ever
+// applies to the newest question's latest attempt).
+export function offerRetry(onRetry) {
+  const t = $('transcript');
+  t.querySelectorAll('.inline-retry').forEach((b) => b.remove());
+  const turns = t.querySelectorAll('.msg.user, .msg.assistant, .msg.interrupted, .notice.error[data-turn]');
+  const last = turns[turns.length - 1];
+  if (!last || !last.matches('.msg.interrupted, .notice.error') || last.matches('.streaming')) return;
+  const b = el('button', 'inline-retry', 'Retry');
+  b.type = 'button';
+  b.addEventListener('click', () => { b.remove(); onRetry(); });
+  (last.querySelector('.state') || last).append(b);
+}
