@@ -4,18 +4,22 @@ import { $, state, setStatus } from './js/dom.js';
 import { api } from './js/api.js';
 import { loadSessions, onSearch } from './js/sessions.js';
 import { initLayout, contextToggled } from './js/layout.js';
-import { openSession, renderHeader, retry, send, refreshContext, loadModels, startRename, onDelete } from './js/session.js';
+import { openSession, renderHeader, retry, send, refreshContext, loadModels, startRename, onDelete, showEmpty } from './js/session.js';
+
+// On a touch screen there is no Shift+Enter: Enter makes a new line and Send sends.
+const touch = window.matchMedia('(pointer: coarse)');
 
 function init() {
   initLayout();
+  if (touch.matches) $('message').placeholder = 'Message brain…';
   $('composer').addEventListener('submit', send);
   $('message').addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && !touch.matches) { e.preventDefault(); send(); }
   });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && state.streaming && state.id) api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch(() => {}); });
   $('stop').addEventListener('click', () => api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch((e) => setStatus(e.message)));
   $('retry').addEventListener('click', retry);
-  $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); $('transcript').textContent = ''; renderHeader(); $('message').focus(); });
+  $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); showEmpty(); renderHeader(); $('message').focus(); });
   $('search').addEventListener('input', onSearch);
   $('show-archived').addEventListener('change', () => loadSessions(true));
   $('session-title').addEventListener('click', startRename);

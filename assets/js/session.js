@@ -6,8 +6,17 @@ import { failureNotice, itemElement, markdown } from './render.js';
 import { loadSessions } from './sessions.js';
 import { providerBanner } from './layout.js';
 import { followTitle } from './title.js';
-import { renderItems, startPaging, reveal, isOpen, offerRetry } from './transcript.js';
+import { renderItems, startPaging, reveal, isOpen, offerRetry, placeTitles } from './transcript.js';
 
+
+// Within this many pixels of the end counts as "at the bottom".
+const BOTTOM_SLACK_PX = 80;
+function atBottom(t) { return t.scrollHeight - t.scrollTop - t.clientHeight <= BOTTOM_SLACK_PX; }
+
+// The empty screen of a new chat (the first-run banner sits above it when shown).
+export function showEmpty() {
+  $('transcript').replaceChildren(el('p', 'empty', 'Ask anything. Every word is kept: answers, interruptions, failures and summaries.'));
+}
 
 function setStreaming(on) {
   state.streaming = on;
@@ -50,6 +59,32 @@ export async function openSession(id, push, seq) {
   if (data.session.turn_active || live) attachLive(id, live);
 }
 
+// After an answer ends: the newest page again, in place of what it covers (the live bubble,
+// the question shown before it was saved), keeping the earlier pages the reader loaded
+// and their place on screen.
+async function refreshTail(id) {
+  const t = $('transcript');
+  const data = await api('/v1/sessions/' + id).catch(() => null);
+  if (!data || state.id !== id) return;
+  const first = data.items.length ? data.items[0].seq : Infinity;
+  const stale = [...t.querySelectorAll(':scope > [data-seq]')].filter((n) => Number(n.dataset.seq) >= first || Number(n.dataset.seq) === 0);
+  const kept = t.querySelectorAll(':scope > [data-seq]').length - stale.length;
+  // Nothing earlier kept, or another answer already running (only a full open adopts it).
+  if (!kept || !isOpen(id) || data.session.turn_active || data.items.some((i) => i.kind === 'streaming')) {
+    await openSession(id, false);
+    return;
+  }
+  const follow = atBottom(t);
+  state.session = data.session;
+  renderHeader();
+  stale.forEach((n) => n.remove());
+  t.append(renderItems(data.items));
+  placeTitles(t);
+  if (follow) t.scrollTop = t.scrollHeight;
+  if (!data.session.turn_active) offerRetry(retry);
+  refreshContext();
+}
+
 export function renderHeader() {
   const s = state.session;
   $('session-title').textContent = s ? (s.title || 'Untitled') : 'New chat';
@@ -77,11 +112,14 @@ function liveBubble(item) {
   const render = () => {
     b.pending = false;
     if (b.text.length < b.floor) return;
+    // Follow the answer only while the reader is at the bottom: one who scrolled up to
+    // read (or was taken to a search hit) stays where they are.
+    const t = $('transcript');
+    const follow = atBottom(t);
     const next = markdown(b.text);
     box.replaceChild(next, body);
     body = next;
-    const t = $('transcript');
-    t.scrollTop = t.scrollHeight;
+    if (follow) t.scrollTop = t.scrollHeight;
   };
   const schedule = () => { if (!b.pending) { b.pending = true; requestAnimationFrame(render); } };
   b.setReasoning = (r) => { reasoningText.textContent = r; reasoning.hidden = !r; };
@@ -124,7 +162,7 @@ export async function runStream(path, body, id, adopted) {
     await readFrames(res, streamInto(adopted));
   } catch (e) { setStatus(e.message); }
   setStreaming(false);
-  if (state.id === id) await openSession(id, false);
+  if (state.id === id) await refreshTail(id);
   loadSessions(true);
   // The automatic title is written after the answer, in the background.
   if (state.id === id && state.session && !state.session.title) {
@@ -152,7 +190,11 @@ export async function send(event) {
     }
   } catch (e) { setStatus(e.message); return; }
   $('message').value = '';
-  $('transcript').append(itemElement({ kind: 'user', text, seq: 0 }));
+  const t = $('transcript');
+  t.querySelector(':scope > .empty')?.remove();
+  t.append(itemElement({ kind: 'user', text, seq: 0 }));
+  // The one who just sent is reading the end.
+  t.scrollTop = t.scrollHeight;
   const model = $('model').value || undefined;
   runStream('/v1/sessions/' + state.id + '/messages', { message: text, model }, state.id);
 }
@@ -230,7 +272,7 @@ export async function onDelete() {
     await api('/v1/sessions/' + state.id, { method: 'DELETE' });
     state.id = null; state.session = null;
     history.pushState({}, '', '/');
-    $('transcript').textContent = '';
+    showEmpty();
     renderHeader();
     loadSessions(true);
   } catch (e) { setStatus(e.message); }

@@ -77,14 +77,18 @@ function renderHits(box, hits) {
 }
 
 let searchTimer = null;
+// Answers to an older query that arrive after a newer one's are dropped.
+let searchGen = 0;
 export function onSearch() {
   clearTimeout(searchTimer);
+  const gen = ++searchGen;
   searchTimer = setTimeout(async () => {
     const q = $('search').value.trim();
     const box = $('search-results');
     if (!q) { box.hidden = true; box.textContent = ''; return; }
     try {
       const { hits } = await api('/v1/search?' + new URLSearchParams({ q, limit: '50' }));
+      if (gen !== searchGen) return;
       box.textContent = '';
       if (!hits.length) box.append(el('div', 'muted', 'No matches'));
       renderHits(box, hits);

@@ -110,7 +110,7 @@ export function isOpen(id) { return pager.id === id && !!top && top.isConnected;
 // An automatic title is written while the first answer streams, so its seq falls between
 // the question and the answer: shown after the answer instead (the seq stays on the node).
 const ANSWER = '.msg.assistant, .msg.interrupted, .notice.error';
-function placeTitles(t) {
+export function placeTitles(t) {
   for (const n of t.querySelectorAll('.notice.title-auto')) {
     const question = n.previousElementSibling;
     const answer = n.nextElementSibling;

@@ -140,7 +140,12 @@ test('phone: the menu holds the actions and the context sheet opens over the tra
 test('phone: send a message and read the answer, composer on screen', async () => {
   const p = await phone();
   await p.goto(h.base + '/');
-  await ask(p, 'hello from a phone');
+  // A phone has no Shift+Enter: Enter is a new line there, and Send sends.
+  await p.fill('#message', 'two');
+  await p.press('#message', 'Enter');
+  assert.equal(await p.inputValue('#message'), 'two\n');
+  await p.fill('#message', 'hello from a phone');
+  await p.click('#send');
   await p.waitForSelector('.msg.assistant:not(.streaming) >> text=to: hello from a phone', { timeout: 15000 });
   await inViewport(p, '#message');
   await inViewport(p, '#send');
@@ -187,6 +192,9 @@ test('desktop: an old status clears on the next action; the favicon is served', 
   await p.click('#new-chat');
   await p.waitForFunction(() => document.getElementById('status').textContent === '');
   assert.equal(await p.locator('.session-link.active').count(), 0, 'no entry is highlighted for a new chat');
+  await p.waitForSelector('#transcript .empty', { timeout: 5000 });
+  const ico = await fetch(h.base + '/favicon.ico');
+  assert.equal(ico.status, 200, 'the icon browsers ask for by default');
   const icon = await p.evaluate(() => document.querySelector('link[rel="icon"]').href);
   const res = await fetch(icon);
   assert.equal(res.status, 200);

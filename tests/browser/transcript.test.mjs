@@ -5,13 +5,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { harness, line, shots } from './harness.mjs';
+import { harness, line, shots, ask } from './harness.mjs';
 
 const LONG = '01930000-0000-7000-8000-0000000000c1';
 const CODE = '01930000-0000-7000-8000-0000000000c2';
 const STATES = '01930000-0000-7000-8000-0000000000c3';
 const RETRY = '01930000-0000-7000-8000-0000000000c4';
 const TITLED = '01930000-0000-7000-8000-0000000000c5';
+const GROWING = '01930000-0000-7000-8000-0000000000c6';
 
 const start = Date.UTC(2026, 10, 30, 10, 0, 0);
 const at = (i) => new Date(start + i * 1000).toISOString().replace('Z', '000Z');
@@ -60,7 +61,14 @@ function seed() {
     ['session_titled', { title: 'Named automatically', by: 'auto' }],
     ['assistant_turn', answer(2, 'the first answer')],
   ];
-  return [...session(LONG, long), ...session(CODE, code), ...session(STATES, states), ...session(RETRY, retry), ...session(TITLED, titled)];
+  // 1,000 items, for a new turn at the end of a long session.
+  const growing = [['session_started', { title: 'Growing', system: 's' }]];
+  for (let n = 1; n <= 500; n++) {
+    const seq = growing.length + 1;
+    growing.push(['user_message', { text: 'old question ' + n }]);
+    growing.push(['assistant_turn', answer(seq, 'old reply ' + n + ' with some words to give the item height')]);
+  }
+  return [...session(LONG, long), ...session(CODE, code), ...session(STATES, states), ...session(RETRY, retry), ...session(TITLED, titled), ...session(GROWING, growing)];
 }
 
 const h = harness({ seed: seed() });
@@ -245,6 +253,42 @@ test('search results are grouped by session with the kind in words', async () =>
   assert.match(await more.innerText(), /^\d+ more in this session$/);
   await more.click();
   assert.ok(await group.locator('.hit').count() > 3);
+  await p.context().close();
+});
+
+test('a new answer keeps the earlier pages loaded, and a reader who scrolled up is not pulled down', async () => {
+  const p = await watched();
+  await p.goto(h.base + '/sessions/' + GROWING);
+  await p.waitForSelector('.msg.assistant >> text=old reply 500');
+  const seqs = () => p.evaluate(() => [...document.querySelectorAll('#transcript [data-seq]')].map((n) => Number(n.dataset.seq)).filter((s) => s > 0));
+  const first = Math.min(...await seqs());
+  // Load the page before the newest one.
+  await p.waitForFunction((s) => {
+    document.getElementById('transcript').scrollTop = 0;
+    return !!document.querySelector('[data-seq="' + (s - 1) + '"]');
+  }, first, { timeout: 15000, polling: 100 });
+  const loaded = await seqs();
+  // A slow answer; once it streams, the reader scrolls up to read something earlier.
+  const words = Array.from({ length: 40 }, (_, i) => 'fresh' + i).join(' ');
+  await h.mock({ kind: 'stream', text: words, delay_ms: 100 });
+  await ask(p, 'one more question');
+  await p.waitForSelector('.msg.assistant.streaming >> text=fresh2', { timeout: 15000 });
+  const reading = await p.evaluate(() => {
+    const t = document.getElementById('transcript');
+    t.scrollTop = t.scrollHeight - t.clientHeight - 3000;
+    return t.scrollTop;
+  });
+  await p.waitForSelector('.msg.assistant.streaming >> text=fresh12', { timeout: 15000 });
+  const still = await p.evaluate(() => document.getElementById('transcript').scrollTop);
+  assert.ok(Math.abs(still - reading) <= 2, `the reader stays where they scrolled (${reading} → ${still})`);
+  await p.waitForSelector('.msg.assistant:not(.streaming) >> text=fresh39', { timeout: 20000 });
+  await p.waitForFunction(() => document.querySelector('#stop').hidden);
+  const after = await seqs();
+  assert.ok(loaded.every((s) => after.includes(s)), 'every item loaded before is still there');
+  const newest = Math.max(...loaded);
+  assert.ok(after.includes(newest + 1) && after.includes(newest + 2), 'the question and its answer were added');
+  assert.equal(new Set(after).size, after.length, 'no item twice');
+  assert.deepEqual(p.errors || [], []);
   await p.context().close();
 });
 
