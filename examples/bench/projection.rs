@@ -126,6 +126,7 @@ fn session(
                         usage: Default::default(),
                         duration_ms: 1,
                         ledger_id: None,
+                        steps: 1,
                     })
                 };
                 seq = w.append(id, &p)?.seq;

@@ -307,6 +307,7 @@ fn bench_search(corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
                         usage: Default::default(),
                         duration_ms: 0,
                         ledger_id: None,
+                        steps: 1,
                     })
                 };
                 w.append(sessions[n % sessions.len()], &payload)?;

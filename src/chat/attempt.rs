@@ -26,8 +26,11 @@ pub(super) struct Streamed {
     pub saved_text: usize,
     pub saved_reasoning: usize,
     pub last_checkpoint_seq: Option<u64>,
+    /// Usage summed over the attempt's steps.
     pub usage: Option<Usage>,
     pub finish_reason: Option<String>,
+    /// Provider calls made so far (one per step).
+    pub steps: u32,
 }
 
 /// Why the stream stopped.

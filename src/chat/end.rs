@@ -121,6 +121,7 @@ pub(super) fn end_attempt(
         provider,
         model: model.to_owned(),
         usage: out.usage,
+        steps: out.steps.max(1),
         finish_reason: out.finish_reason.clone(),
     }
 }
@@ -176,6 +177,7 @@ fn complete(
             usage,
             duration_ms: took.as_millis() as u64,
             ledger_id: Some(ledger_id),
+            steps: out.steps.max(1),
         });
         Ok(w.append(turn.session_id, &answer)?.seq)
     });
@@ -186,6 +188,7 @@ fn complete(
             provider,
             model: model.to_owned(),
             usage: out.usage,
+            steps: out.steps.max(1),
             finish_reason: out.finish_reason.clone(),
         },
         Err(e) => {
@@ -213,6 +216,7 @@ fn complete(
                 provider,
                 model: model.to_owned(),
                 usage: out.usage,
+                steps: out.steps.max(1),
                 finish_reason: out.finish_reason.clone(),
             }
         }

@@ -24,6 +24,10 @@ pub enum Phase {
     Compacting,
     Waiting,
     Streaming,
+    /// Running a tool.
+    Tool,
+    /// Waiting for the user's consent to a call.
+    Permission,
 }
 
 /// How an attempt ended (SPEC §6's table).
@@ -62,13 +66,42 @@ pub enum Frame {
         message: String,
         retryable: bool,
     },
+    /// The model asked for a call; sent once its arguments are complete.
+    #[serde(rename = "tool_call")]
+    ToolCall {
+        call_id: String,
+        name: String,
+        server: String,
+        args: String,
+        step: u32,
+    },
+    /// The attempt waits for `POST …/permissions/{call_id}`; `seq` is the
+    /// `permission_requested` event.
+    Permission {
+        call_id: String,
+        name: String,
+        args: String,
+        seq: u64,
+    },
+    /// A call ended; `seq` is its `tool_execution` event.
+    #[serde(rename = "tool_result")]
+    ToolResult {
+        call_id: String,
+        status: String,
+        preview: String,
+        duration_ms: u64,
+        seq: Option<u64>,
+    },
     End {
         status: EndStatus,
         /// The event that ended the attempt (none when nothing could be written).
         seq: Option<u64>,
         provider: String,
         model: String,
+        /// Summed over the attempt's steps.
         usage: Option<Usage>,
+        /// Provider calls the attempt made (more than one when the model used tools).
+        steps: u32,
         finish_reason: Option<String>,
     },
 }
@@ -356,9 +389,30 @@ mod tests {
             provider: "p".into(),
             model: "m".into(),
             usage: None,
+            steps: 1,
             finish_reason: None,
         };
         let v = serde_json::to_value(&end).unwrap();
+        assert_eq!(v["steps"], 1);
+        let call = Frame::ToolCall {
+            call_id: "c".into(),
+            name: "fs__read".into(),
+            server: "fs".into(),
+            args: "{}".into(),
+            step: 2,
+        };
+        assert_eq!(serde_json::to_value(&call).unwrap()["type"], "tool_call");
+        let result = Frame::ToolResult {
+            call_id: "c".into(),
+            status: "ok".into(),
+            preview: "x".into(),
+            duration_ms: 1,
+            seq: Some(9),
+        };
+        assert_eq!(
+            serde_json::to_value(&result).unwrap()["type"],
+            "tool_result"
+        );
         assert_eq!(
             (v["type"].as_str(), v["status"].as_str()),
             (Some("end"), Some("interrupted"))

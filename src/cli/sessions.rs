@@ -279,7 +279,31 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
         }
         ItemBody::Title { title, by } => (format!("renamed to {title:?} ({by:?})"), None),
         ItemBody::Tool(t) => (
-            format!("tool {} ({}): {}", t.name, t.call_id, t.status),
+            format!(
+                "tool {} ({}, step {}): {}, {} ms{}",
+                t.name,
+                t.call_id,
+                t.step,
+                t.status,
+                t.duration_ms,
+                t.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+            Some(&t.result_digest.preview),
+        ),
+        ItemBody::Permission {
+            call_id,
+            name,
+            decision,
+            by,
+            ..
+        } => (
+            match (decision, by) {
+                (Some(d), Some(by)) => format!("permission for {name} ({call_id}): {d} by {by}"),
+                _ => format!("permission for {name} ({call_id}): waiting for an answer"),
+            },
             None,
         ),
         ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),

@@ -219,6 +219,16 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
                 "_Tool {} ({}): {}_ · {at}\n",
                 t.name, t.call_id, t.status
             )?,
+            ItemBody::Permission {
+                name, decision, by, ..
+            } => writeln!(
+                out,
+                "_Permission for {name}: {}_ · {at}\n",
+                match (decision, by) {
+                    (Some(d), Some(by)) => format!("{d} by {by}"),
+                    _ => "not answered".to_owned(),
+                }
+            )?,
             ItemBody::Unreadable { event_kind } => {
                 writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
             }

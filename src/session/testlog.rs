@@ -2,8 +2,9 @@
 
 use crate::session::Payload;
 use crate::session::events::{
-    AssistantTurn, AttemptEnd, CompactionApplied, Event, PendingState, SessionStarted,
-    SessionTitled, TitledBy, ToolExecution, TurnFailed, TurnMemory, Usage, UserMessage,
+    AssistantTurn, AttemptEnd, CompactionApplied, Event, PendingState, PermissionRequested,
+    PermissionResolved, ResultDigest, SessionStarted, SessionTitled, TitledBy, ToolExecution,
+    TurnFailed, TurnMemory, Usage, UserMessage,
 };
 use crate::session::projection::{Context, llm_context};
 
@@ -57,6 +58,7 @@ impl Log {
             usage: Usage::default(),
             duration_ms: 3,
             ledger_id: None,
+            steps: 1,
         }))
     }
 
@@ -117,11 +119,38 @@ impl Log {
 
     pub fn tool(&mut self) -> u64 {
         self.push(Payload::ToolExecution(ToolExecution {
+            turn: 0,
+            attempt: 1,
+            step: 1,
             call_id: "c1".into(),
-            name: "ls".into(),
-            args: serde_json::json!({"path": "."}),
-            result_digest: "d".into(),
+            name: "fs__ls".into(),
+            server: "fs".into(),
+            args: r#"{"path": "."}"#.into(),
             status: "ok".into(),
+            result_digest: ResultDigest::default(),
+            error: None,
+            duration_ms: 1,
+        }))
+    }
+
+    /// A question to the user about call `call_id` of `turn`'s first attempt.
+    pub fn asked(&mut self, turn: u64, call_id: &str, name: &str) -> u64 {
+        self.push(Payload::PermissionRequested(PermissionRequested {
+            turn,
+            attempt: 1,
+            call_id: call_id.into(),
+            name: name.into(),
+            args: "{}".into(),
+        }))
+    }
+
+    /// The user's answer to the question about `call_id`.
+    pub fn answered(&mut self, call_id: &str, decision: &str, remember: bool) -> u64 {
+        self.push(Payload::PermissionResolved(PermissionResolved {
+            call_id: call_id.into(),
+            decision: decision.into(),
+            by: "user".into(),
+            remember,
         }))
     }
 

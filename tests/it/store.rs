@@ -124,7 +124,7 @@ proptest! {
 /// One step of the cache property: an event to append, or the clock moving.
 #[derive(Clone, Debug)]
 enum Step {
-    Append(usize, Payload),
+    Append(usize, Box<Payload>),
     Tick(i64),
 }
 
@@ -141,7 +141,7 @@ fn step() -> impl Strategy<Value = Step> {
         any::<bool>().prop_map(archived),
     ];
     prop_oneof![
-        (0usize..3, payload).prop_map(|(s, p)| Step::Append(s, p)),
+        (0usize..3, payload).prop_map(|(s, p)| Step::Append(s, Box::new(p))),
         (0i64..3).prop_map(Step::Tick),
     ]
 }

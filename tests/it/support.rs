@@ -64,6 +64,7 @@ pub fn answer(turn: u64, attempt: u32, text: &str) -> Payload {
         usage: Usage::default(),
         duration_ms: 1,
         ledger_id: None,
+        steps: 1,
     })
 }
 

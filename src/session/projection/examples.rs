@@ -25,6 +25,7 @@ fn kind_of(body: &ItemBody) -> &'static str {
         ItemBody::Compaction { .. } => "compaction",
         ItemBody::Title { .. } => "title",
         ItemBody::Tool(_) => "tool",
+        ItemBody::Permission { .. } => "permission",
         ItemBody::Unreadable { .. } => "unreadable",
     }
 }
@@ -428,6 +429,70 @@ fn tool_executions_are_not_sent_but_shown() {
         vec![(Role::User, "q"), (Role::Assistant, "a")]
     );
     assert_eq!(ui_kinds(&log.events), vec!["user", "tool", "assistant"]);
+}
+
+/// A question about a tool call is one item, with its answer once there is one; neither
+/// the question, the answer nor the call reaches the model (SPEC §13 "after the turn").
+#[test]
+fn permissions_are_one_item_each_with_their_answer_and_never_sent() {
+    let mut log = Log::new("s");
+    let u1 = log.user("write it");
+    log.asked(u1, "c1", "fs__write_file");
+    log.answered("c1", "allow", true);
+    log.tool();
+    log.answer(u1, 1, "done");
+    let u2 = log.user("again");
+    log.asked(u2, "c2", "fs__write_file");
+    assert_eq!(
+        msgs(&log.context()),
+        vec![
+            (Role::User, "write it"),
+            (Role::Assistant, "done"),
+            (Role::User, "again")
+        ]
+    );
+    let items = ui_transcript(&log.events, None);
+    assert_eq!(
+        items.iter().map(|i| kind_of(&i.body)).collect::<Vec<_>>(),
+        [
+            "user",
+            "permission",
+            "tool",
+            "assistant",
+            "user",
+            "permission"
+        ]
+    );
+    let answers: Vec<_> = items
+        .iter()
+        .filter_map(|i| match &i.body {
+            ItemBody::Permission {
+                call_id,
+                decision,
+                by,
+                remember,
+                ..
+            } => Some((
+                call_id.as_str(),
+                decision.as_deref(),
+                by.as_deref(),
+                *remember,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            ("c1", Some("allow"), Some("user"), true),
+            ("c2", None, None, false)
+        ]
+    );
+    let json = serde_json::to_value(&items[5]).unwrap();
+    assert!(
+        json["decision"].is_null() && json["kind"] == "permission",
+        "{json}"
+    );
 }
 
 #[test]

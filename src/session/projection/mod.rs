@@ -16,8 +16,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::events::{
-    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState, TitledBy,
-    ToolExecution, TurnFailed, TurnMemory, Usage,
+    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState,
+    PermissionResolved, TitledBy, ToolExecution, TurnFailed, TurnMemory, Usage,
 };
 
 /// Head of the summary message that stands for the compacted part.
@@ -323,6 +323,16 @@ pub enum ItemBody {
         by: TitledBy,
     },
     Tool(ToolExecution),
+    /// A question to the user about a tool call, with its answer once there is one.
+    Permission {
+        call_id: String,
+        name: String,
+        args: String,
+        /// `allow` or `deny`; null while the question waits.
+        decision: Option<String>,
+        by: Option<String>,
+        remember: bool,
+    },
     /// An event this brain cannot show: a payload that does not decode, or a kind from a
     /// newer brain.
     Unreadable {
@@ -352,6 +362,9 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
                     .entry((c.turn, c.attempt))
                     .or_default()
                     .push(c);
+            }
+            Decoded::Known(Payload::PermissionResolved(r)) => {
+                attempts.resolutions.insert(r.call_id.as_str(), r);
             }
             _ => {}
         }
@@ -386,6 +399,8 @@ struct Attempts<'a> {
     partials: HashMap<(u64, u32), Vec<&'a PendingState>>,
     /// Attempts whose partial already has its item.
     shown: HashSet<(u64, u32)>,
+    /// Permission answers by call id (an answer is shown with its question).
+    resolutions: HashMap<&'a str, &'a PermissionResolved>,
 }
 
 fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
@@ -441,6 +456,18 @@ fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
             by: t.by,
         },
         Payload::ToolExecution(t) => ItemBody::Tool(t.clone()),
+        Payload::PermissionRequested(q) => {
+            let answer = attempts.resolutions.get(q.call_id.as_str());
+            ItemBody::Permission {
+                call_id: q.call_id.clone(),
+                name: q.name.clone(),
+                args: q.args.clone(),
+                decision: answer.map(|a| a.decision.clone()),
+                by: answer.map(|a| a.by.clone()),
+                remember: answer.is_some_and(|a| a.remember),
+            }
+        }
+        Payload::PermissionResolved(_) => return None,
         Payload::SessionStarted(_) | Payload::SessionArchived(_) | Payload::TurnMemory(_) => {
             return None;
         }

@@ -119,6 +119,14 @@ impl Sim {
                 }
             }
             Action::Tool => {
+                // A call that needed consent: asked, answered, run. None of it is sent.
+                let call = format!("c{}", log.events.len());
+                log.asked(
+                    self.turns.last().copied().unwrap_or(0),
+                    &call,
+                    "fs__write_file",
+                );
+                log.answered(&call, "allow", false);
                 log.tool();
             }
             Action::Compact(i) => self.compact(log, *i),
@@ -283,6 +291,7 @@ proptest! {
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Compaction { .. })), count(kind::COMPACTION_APPLIED));
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Title { .. })), count(kind::SESSION_TITLED));
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Tool(_))), count(kind::TOOL_EXECUTION));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Permission { .. })), count(kind::PERMISSION_REQUESTED));
         let unreadable = log.events.iter().filter(|e| !matches!(e.decode(), Decoded::Known(_))).count();
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Unreadable { .. })), unreadable);
         let mut interrupted = HashSet::new();
@@ -351,7 +360,7 @@ proptest! {
             Just(kind::SESSION_STARTED), Just(kind::USER_MESSAGE), Just(kind::PENDING_STATE),
             Just(kind::ASSISTANT_TURN), Just(kind::TURN_FAILED), Just(kind::TURN_MEMORY),
             Just(kind::COMPACTION_APPLIED), Just(kind::SESSION_TITLED), Just(kind::TOOL_EXECUTION),
-            Just("weird"),
+            Just(kind::PERMISSION_REQUESTED), Just(kind::PERMISSION_RESOLVED), Just("weird"),
         ],
         prop_oneof![
             Just(String::from("{}")),
@@ -362,6 +371,7 @@ proptest! {
                 "code": s, "message": s, "system": s, "title": s, "by": "user",
                 "reasoning": if r { Some(s.clone()) } else { None },
                 "key_findings": [s], "call_id": "c", "name": "n", "status": "ok",
+                "decision": "allow", "args": s,
             }).to_string()),
         ],
         0u64..40,

@@ -9,12 +9,19 @@
 //! Payload structs ignore fields they do not know (forward compatibility) and give optional
 //! fields defaults, so an older event still decodes after a field is added.
 
+mod tools;
+
 use std::fmt;
 use std::str::FromStr;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub use tools::{
+    CUT_MARKER, MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, PermissionRequested, PermissionResolved,
+    ResultDigest, ToolExecution, cut_bytes, resolved_by, status,
+};
 
 /// The kind names as stored in `session_events.kind`.
 pub mod kind {
@@ -28,6 +35,8 @@ pub mod kind {
     pub const TURN_MEMORY: &str = "turn_memory";
     pub const TOOL_EXECUTION: &str = "tool_execution";
     pub const COMPACTION_APPLIED: &str = "compaction_applied";
+    pub const PERMISSION_REQUESTED: &str = "permission_requested";
+    pub const PERMISSION_RESOLVED: &str = "permission_resolved";
 }
 
 /// A session's id: a UUID (v7 for new sessions, so ids sort by creation time), written in
@@ -197,6 +206,18 @@ pub struct AssistantTurn {
     pub duration_ms: u64,
     #[serde(default)]
     pub ledger_id: Option<i64>,
+    /// How many provider calls (steps) the attempt took: more than one when the model
+    /// used tools (SPEC §13); `usage` is their sum.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub steps: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,17 +246,6 @@ pub struct TurnMemory {
     pub failures: Vec<MemoryFailure>,
     #[serde(default)]
     pub key_findings: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolExecution {
-    pub call_id: String,
-    pub name: String,
-    #[serde(default)]
-    pub args: serde_json::Value,
-    #[serde(default)]
-    pub result_digest: String,
-    pub status: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,6 +287,8 @@ pub enum Payload {
     TurnFailed(TurnFailed),
     TurnMemory(TurnMemory),
     ToolExecution(ToolExecution),
+    PermissionRequested(PermissionRequested),
+    PermissionResolved(PermissionResolved),
     CompactionApplied(CompactionApplied),
 }
 
@@ -303,6 +315,8 @@ impl Payload {
             Payload::TurnFailed(_) => kind::TURN_FAILED,
             Payload::TurnMemory(_) => kind::TURN_MEMORY,
             Payload::ToolExecution(_) => kind::TOOL_EXECUTION,
+            Payload::PermissionRequested(_) => kind::PERMISSION_REQUESTED,
+            Payload::PermissionResolved(_) => kind::PERMISSION_RESOLVED,
             Payload::CompactionApplied(_) => kind::COMPACTION_APPLIED,
         }
     }
@@ -319,6 +333,8 @@ impl Payload {
             Payload::TurnFailed(p) => serde_json::to_value(p),
             Payload::TurnMemory(p) => serde_json::to_value(p),
             Payload::ToolExecution(p) => serde_json::to_value(p),
+            Payload::PermissionRequested(p) => serde_json::to_value(p),
+            Payload::PermissionResolved(p) => serde_json::to_value(p),
             Payload::CompactionApplied(p) => serde_json::to_value(p),
         };
         // These are plain structs of strings, numbers and JSON values: serialising them to a
@@ -344,6 +360,8 @@ impl Payload {
             kind::TURN_FAILED => parse(payload, Payload::TurnFailed),
             kind::TURN_MEMORY => parse(payload, Payload::TurnMemory),
             kind::TOOL_EXECUTION => parse(payload, Payload::ToolExecution),
+            kind::PERMISSION_REQUESTED => parse(payload, Payload::PermissionRequested),
+            kind::PERMISSION_RESOLVED => parse(payload, Payload::PermissionResolved),
             kind::COMPACTION_APPLIED => parse(payload, Payload::CompactionApplied),
             _ => Decoded::UnknownKind,
         }
@@ -380,6 +398,8 @@ impl Payload {
             Payload::PendingState(_)
             | Payload::TurnMemory(_)
             | Payload::ToolExecution(_)
+            | Payload::PermissionRequested(_)
+            | Payload::PermissionResolved(_)
             | Payload::CompactionApplied(_) => CacheEffect::default(),
         }
     }
@@ -434,6 +454,7 @@ mod tests {
             },
             duration_ms: 5,
             ledger_id: Some(6),
+            steps: 1,
         }));
         round_trip(Payload::TurnFailed(TurnFailed {
             turn: 2,
@@ -453,11 +474,34 @@ mod tests {
             key_findings: vec!["x".into()],
         }));
         round_trip(Payload::ToolExecution(ToolExecution {
+            turn: 2,
+            attempt: 1,
+            step: 1,
             call_id: "c1".into(),
-            name: "ls".into(),
-            args: serde_json::json!({"path": "/"}),
-            result_digest: "abc".into(),
-            status: "ok".into(),
+            name: "fs__ls".into(),
+            server: "fs".into(),
+            args: r#"{"path": "/"}"#.into(),
+            status: status::OK.into(),
+            result_digest: ResultDigest {
+                bytes: 3,
+                sha256: "abc".into(),
+                preview: "a b".into(),
+            },
+            error: None,
+            duration_ms: 4,
+        }));
+        round_trip(Payload::PermissionRequested(PermissionRequested {
+            turn: 2,
+            attempt: 1,
+            call_id: "c1".into(),
+            name: "fs__write".into(),
+            args: "{}".into(),
+        }));
+        round_trip(Payload::PermissionResolved(PermissionResolved {
+            call_id: "c1".into(),
+            decision: "allow".into(),
+            by: resolved_by::USER.into(),
+            remember: true,
         }));
         round_trip(Payload::CompactionApplied(CompactionApplied {
             summary: "s".into(),
