@@ -20,6 +20,7 @@ use super::lanes::{DEFAULT_BACKGROUND_SLOTS, Lanes};
 use super::state::{Listing, State, Ttls};
 use super::stream::{ChatStream, read_stream};
 use super::think::ThinkSplitter;
+use super::toolcalls::Assembler;
 use super::wire::{
     parse_chunk, parse_models, refuses_structured_output, request_body, shaped_body,
 };
@@ -424,11 +425,18 @@ fn complete_on(
     split.reasoning.push_str(&rest.reasoning);
     let mut reasoning = parts.reasoning.unwrap_or_default();
     reasoning.push_str(&split.reasoning);
+    let mut calls = Assembler::new();
+    for piece in parts.tool_calls {
+        calls
+            .push(piece)
+            .map_err(|e| ProviderError::Malformed(e.to_string()))?;
+    }
     Ok(Completion {
         text: split.text,
         reasoning,
         usage: parts.usage.unwrap_or_default(),
         finish_reason: parts.finish_reason,
+        tool_calls: calls.finish(),
     })
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::client::{Shared, classify, excerpt, http_error, read_limited};
 use super::sse::{Frame, SseParser};
 use super::think::{Split, ThinkSplitter};
+use super::toolcalls::Assembler;
 use super::wire::parse_chunk;
 use super::{ProviderConfig, ProviderError, StreamEvent};
 use crate::config;
@@ -81,6 +82,9 @@ pub struct ChatStream {
     finished: bool,
     parser: SseParser,
     think: ThinkSplitter,
+    /// The step's tool calls so far; `None` once they were given out.
+    calls: Option<Assembler>,
+    calls_overflowed: bool,
     frames: Vec<Frame>,
     pending: VecDeque<StreamEvent>,
 }
@@ -107,6 +111,8 @@ impl ChatStream {
             finished: false,
             parser: SseParser::new(),
             think: ThinkSplitter::new(),
+            calls: Some(Assembler::new()),
+            calls_overflowed: false,
             frames: Vec::new(),
             pending: VecDeque::new(),
         }
@@ -116,6 +122,12 @@ impl ChatStream {
     /// returns [`ProviderError::Cancelled`] within [`config::STREAM_CANCEL_POLL`].
     pub fn cancel_handle(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.cancel)
+    }
+
+    /// Whether the model asked for more than [`config::MAX_TOOL_CALLS_PER_STEP`] calls:
+    /// [`StreamEvent::ToolCalls`] has the first ones only.
+    pub fn tool_calls_overflowed(&self) -> bool {
+        self.calls_overflowed || self.calls.as_ref().is_some_and(Assembler::overflowed)
     }
 
     fn fail(&mut self, e: ProviderError) -> Option<Result<StreamEvent, ProviderError>> {
@@ -172,6 +184,14 @@ impl ChatStream {
             let split = self.think.push(&c);
             self.queue_split(split);
         }
+        if let Some(calls) = self.calls.as_mut() {
+            for piece in parts.tool_calls {
+                self.seen_token = true;
+                calls
+                    .push(piece)
+                    .map_err(|e| ProviderError::Malformed(e.to_string()))?;
+            }
+        }
         if let Some(u) = parts.usage {
             self.pending.push_back(StreamEvent::Usage(u));
         }
@@ -197,9 +217,17 @@ impl ChatStream {
         }
     }
 
+    /// The text's end, then the step's calls (once; pieces after that are ignored).
     fn end_of_content(&mut self) {
         let rest = self.think.finish();
         self.queue_split(rest);
+        if let Some(calls) = self.calls.take() {
+            self.calls_overflowed = calls.overflowed();
+            if !calls.is_empty() {
+                self.pending
+                    .push_back(StreamEvent::ToolCalls(calls.finish()));
+            }
+        }
     }
 }
 
