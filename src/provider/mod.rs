@@ -6,6 +6,7 @@
 //! - [`think`]: a leading `<think>` block moved to reasoning (pure).
 //! - [`wire`]: request bodies, chunks, usage, listings (pure).
 //! - [`toolcalls`]: `delta.tool_calls` pieces assembled into whole calls (pure).
+//! - [`toolless`]: models whose server refused `tools`, for a while (pure).
 //! - [`state`]: what the client remembers: the listing and the last observation (pure).
 //! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
 //! - [`stream`]: a streamed completion, its timeouts and cancellation.
@@ -23,6 +24,7 @@ pub mod state;
 pub mod stream;
 pub mod think;
 pub mod toolcalls;
+pub mod toolless;
 pub mod wire;
 
 use std::time::Duration;

@@ -20,7 +20,7 @@ use super::client::{Shared, classify, excerpt, http_error, read_limited};
 use super::sse::{Frame, SseParser};
 use super::think::{Split, ThinkSplitter};
 use super::toolcalls::Assembler;
-use super::wire::parse_chunk;
+use super::wire::{parse_chunk, refuses_tools};
 use super::{ProviderConfig, ProviderError, StreamEvent};
 use crate::config;
 
@@ -31,25 +31,56 @@ pub(super) enum Wire {
     Failed(ProviderError),
 }
 
-pub(super) fn read_stream(
+/// The same request without `tools`, for a server that refuses them (SPEC §13).
+pub(super) struct WithoutTools {
+    pub request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    pub body: String,
+    /// Called when the request without tools is answered: the model is tool-less.
+    pub answered: Box<dyn FnOnce() + Send>,
+}
+
+/// Sends a request; a non-200 is its error.
+fn open(
     request: ureq::RequestBuilder<ureq::typestate::WithBody>,
     body: String,
-    tx: &SyncSender<Wire>,
-    cancel: &AtomicBool,
-) {
-    let resp = match request.send(body) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.send(Wire::Failed(classify(e, Duration::ZERO)));
-            return;
-        }
-    };
+) -> Result<ureq::http::Response<ureq::Body>, ProviderError> {
+    let resp = request
+        .send(body)
+        .map_err(|e| classify(e, Duration::ZERO))?;
     let status = resp.status().as_u16();
     if status != 200 {
         let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES).unwrap_or_default();
-        let _ = tx.send(Wire::Failed(http_error(status, &text)));
-        return;
+        return Err(http_error(status, &text));
     }
+    Ok(resp)
+}
+
+pub(super) fn read_stream(
+    request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    body: String,
+    without_tools: Option<WithoutTools>,
+    tx: &SyncSender<Wire>,
+    cancel: &AtomicBool,
+) {
+    let resp = match (open(request, body), without_tools) {
+        (Err(ProviderError::Http { status, body }), Some(retry))
+            if refuses_tools(status, &body) && !cancel.load(Ordering::SeqCst) =>
+        {
+            let resp = open(retry.request, retry.body);
+            if resp.is_ok() {
+                (retry.answered)();
+            }
+            resp
+        }
+        (resp, _) => resp,
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Wire::Failed(e));
+            return;
+        }
+    };
     let mut reader = resp.into_body().into_reader();
     let mut buf = vec![0u8; config::PROVIDER_READ_CHUNK_BYTES];
     while !cancel.load(Ordering::SeqCst) {
