@@ -66,14 +66,18 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "mock_llm/slot.rs"]
+mod slot;
 #[path = "mock_llm/tools.rs"]
 mod tools;
+
+use slot::{pause, take_slot};
 
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -112,74 +116,6 @@ fn options() -> &'static Options {
 
 fn now_ms() -> u64 {
     STARTED.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// The one slot of `--one-slot`: busy or not, and who waits for it, in arrival order.
-static SLOT: (Mutex<(bool, VecDeque<usize>)>, Condvar) =
-    (Mutex::new((false, VecDeque::new())), Condvar::new());
-
-/// Holds the slot; frees it on drop.
-struct SlotHeld;
-
-impl Drop for SlotHeld {
-    fn drop(&mut self) {
-        SLOT.0.lock().unwrap_or_else(PoisonError::into_inner).0 = false;
-        SLOT.1.notify_all();
-    }
-}
-
-/// Waits for the slot in arrival order; `None` when the client hung up meanwhile.
-fn take_slot(stream: &TcpStream, ticket: usize) -> Option<SlotHeld> {
-    let mut s = SLOT.0.lock().unwrap_or_else(PoisonError::into_inner);
-    s.1.push_back(ticket);
-    loop {
-        if !s.0 && s.1.front() == Some(&ticket) {
-            s.1.pop_front();
-            s.0 = true;
-            return Some(SlotHeld);
-        }
-        s = SLOT
-            .1
-            .wait_timeout(s, Duration::from_millis(20))
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
-        if hung_up(stream) {
-            s.1.retain(|t| *t != ticket);
-            SLOT.1.notify_all();
-            return None;
-        }
-    }
-}
-
-/// Whether the client closed its side (it sends nothing after its request).
-fn hung_up(stream: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    if stream.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let peeked = stream.peek(&mut byte);
-    let _ = stream.set_nonblocking(false);
-    match peeked {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    }
-}
-
-/// Sleeps `d`, watching for a hang-up in `--one-slot` mode (the slot is freed at once).
-fn pause(stream: &TcpStream, d: Duration) -> std::io::Result<()> {
-    if !options().one_slot {
-        thread::sleep(d);
-        return Ok(());
-    }
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        if hung_up(stream) {
-            return Err(std::io::Error::other("the client hung up"));
-        }
-        thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
-    }
-    Ok(())
 }
 
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
