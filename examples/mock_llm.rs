@@ -23,6 +23,21 @@
 //!   (a 200 whose body never ends: streamed, one `data:` line without a newline; not
 //!   streamed, a JSON completion whose content never closes), `endless_chunks` (a stream
 //!   of valid 64 KiB text chunks that never finishes).
+//! - Tools (`mock_llm/tools.rs`). A step's `tool_calls`, `[{"id"?, "name", "arguments"}]`
+//!   (`arguments` a string, JSON or not, sent as is), are asked for after the step's text
+//!   (if any), `finish_reason` `tool_calls`: streamed OpenAI-style, per call a first delta
+//!   with `index`, `id` (only when scripted), `type` and `function.name`, then the
+//!   arguments cut in `tool_call_pieces` deltas (default 3); not streamed, whole in
+//!   `message.tool_calls` (`content` null without text). `reject_tools: true` answers a
+//!   request carrying `tools` with HTTP 400 `tools param requires --jinja flag` (llama.cpp
+//!   without `--jinja`) and keeps the step for the next request, which it serves as usual
+//!   when sent without `tools`. `quote_tools: true` answers with one line per `tool`
+//!   message received, `tool <tool_call_id>: <content>`; so does a step without `text` or
+//!   `tool_calls` when the request has `tool` messages. A streamed request whose last
+//!   message is not the user's (a later step of a turn) does not replay that user
+//!   message's `[[mock …]]`: unscripted, it quotes its tool results. `tools` and each
+//!   message's `tool_calls` count in the prompt's tokens (tools first, as a server renders
+//!   them into the system prompt).
 //! - `POST /_mock/defaults` `{"summary": {…}, "memory": {…}, "title": {…}}` (any of them):
 //!   the step a non-streamed request of that purpose gets when no queued step is for it,
 //!   for as long as the mock runs (a weak model: e.g. every summary cut at
@@ -51,11 +66,18 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[path = "mock_llm/slot.rs"]
+mod slot;
+#[path = "mock_llm/tools.rs"]
+mod tools;
+
+use slot::{pause, take_slot};
 
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -94,74 +116,6 @@ fn options() -> &'static Options {
 
 fn now_ms() -> u64 {
     STARTED.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// The one slot of `--one-slot`: busy or not, and who waits for it, in arrival order.
-static SLOT: (Mutex<(bool, VecDeque<usize>)>, Condvar) =
-    (Mutex::new((false, VecDeque::new())), Condvar::new());
-
-/// Holds the slot; frees it on drop.
-struct SlotHeld;
-
-impl Drop for SlotHeld {
-    fn drop(&mut self) {
-        SLOT.0.lock().unwrap_or_else(PoisonError::into_inner).0 = false;
-        SLOT.1.notify_all();
-    }
-}
-
-/// Waits for the slot in arrival order; `None` when the client hung up meanwhile.
-fn take_slot(stream: &TcpStream, ticket: usize) -> Option<SlotHeld> {
-    let mut s = SLOT.0.lock().unwrap_or_else(PoisonError::into_inner);
-    s.1.push_back(ticket);
-    loop {
-        if !s.0 && s.1.front() == Some(&ticket) {
-            s.1.pop_front();
-            s.0 = true;
-            return Some(SlotHeld);
-        }
-        s = SLOT
-            .1
-            .wait_timeout(s, Duration::from_millis(20))
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
-        if hung_up(stream) {
-            s.1.retain(|t| *t != ticket);
-            SLOT.1.notify_all();
-            return None;
-        }
-    }
-}
-
-/// Whether the client closed its side (it sends nothing after its request).
-fn hung_up(stream: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    if stream.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let peeked = stream.peek(&mut byte);
-    let _ = stream.set_nonblocking(false);
-    match peeked {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
-    }
-}
-
-/// Sleeps `d`, watching for a hang-up in `--one-slot` mode (the slot is freed at once).
-fn pause(stream: &TcpStream, d: Duration) -> std::io::Result<()> {
-    if !options().one_slot {
-        thread::sleep(d);
-        return Ok(());
-    }
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        if hung_up(stream) {
-            return Err(std::io::Error::other("the client hung up"));
-        }
-        thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
-    }
-    Ok(())
 }
 
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
@@ -361,11 +315,12 @@ fn models(stream: &mut TcpStream, state: &Shared, n_ctx: u64) -> std::io::Result
 
 /// The prompt as the mock's tokens: each message's role marker, then its words.
 fn prompt_tokens(body: &Value) -> Vec<String> {
-    let mut tokens = Vec::new();
+    let mut tokens = tools::tools_tokens(body);
     for m in body["messages"].as_array().into_iter().flatten() {
         tokens.push(format!("<|{}|>", m["role"].as_str().unwrap_or("?")));
         let content = m["content"].as_str().unwrap_or_default();
         tokens.extend(content.split_whitespace().map(str::to_owned));
+        tokens.extend(tools::calls_tokens(m));
         tokens.push("<|end|>".into());
     }
     tokens
@@ -397,6 +352,11 @@ fn next_step(state: &Shared, body: &Value, n: u64) -> Value {
         }
     }
     let last = last_user_text(body);
+    if streamed && tools::after_user(body) {
+        // A later step of a turn: the tool results are quoted (the user's step was
+        // for the first step).
+        return json!({});
+    }
     if streamed {
         if let Some(start) = last.find("[[mock ") {
             if let Some(end) = last[start..].find("]]") {
@@ -506,6 +466,12 @@ fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result
         (s.chat_calls, cached, tokens.len())
     };
     let step = next_step(state, &body, n);
+    if tools::rejects(&step, &body) {
+        // The same step answers the request sent again without tools.
+        lock(state).script.push_front(step);
+        return respond(stream, 400, &tools::rejection());
+    }
+    let calls = tools::calls(&step);
     let ms = |k: &str| Duration::from_millis(step[k].as_u64().unwrap_or(0));
     if step["hang_before_headers"] == true {
         thread::sleep(Duration::from_secs(3600));
@@ -530,10 +496,21 @@ fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result
             &json!({"error": {"message": msg, "code": status}}),
         );
     }
-    let mut text = step["text"]
+    let mut text = match step["text"].as_str() {
+        _ if tools::quotes(&step, &body) => tools::quote(&body),
+        Some(t) => t.to_owned(),
+        None if !calls.is_empty() => String::new(),
+        None => format!("mock answer {n}"),
+    };
+    let default_finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let mut finish = step["finish_reason"]
         .as_str()
-        .map_or_else(|| format!("mock answer {n}"), str::to_owned);
-    let mut finish = step["finish_reason"].as_str().unwrap_or("stop").to_owned();
+        .unwrap_or(default_finish)
+        .to_owned();
     let stops = body["stop"].as_array().into_iter().flatten();
     if let Some(cut) = stops.filter_map(|s| text.find(s.as_str()?)).min() {
         text.truncate(cut);
@@ -567,6 +544,12 @@ fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result
         if !think && !reasoning.is_empty() {
             message["reasoning_content"] = json!(reasoning);
         }
+        if !calls.is_empty() {
+            message["tool_calls"] = tools::whole(&calls);
+            if content.is_empty() {
+                message["content"] = Value::Null;
+            }
+        }
         let reply = json!({"object": "chat.completion", "model": body["model"],
             "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage});
         return respond(stream, 200, &reply);
@@ -591,6 +574,7 @@ fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std::io::Result
             .into_iter()
             .map(|p| json!({"choices": [{"index": 0, "delta": {"content": p}}]})),
     );
+    frames.extend(tools::deltas(&step, &calls));
     frames.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
     if step["no_usage"] != true {
         frames.push(json!({"choices": [], "usage": usage}));

@@ -74,6 +74,19 @@ pub const STREAM_BUFFER_CHUNKS: usize = 64;
 /// How much of a provider's error body is kept.
 pub const MAX_PROVIDER_ERROR_BODY_BYTES: usize = 16 * 1024;
 
+/// How long a model whose server refused `tools` is sent none (SPEC §13).
+pub const TOOL_LESS_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// The tool calls kept from one step; the model's further calls are dropped (and the
+/// stream says so).
+pub const MAX_TOOL_CALLS_PER_STEP: usize = 64;
+
+/// The longest arguments of one tool call; longer ones end the stream as malformed.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+/// The longest id or name of one tool call.
+pub const MAX_TOOL_CALL_NAME_BYTES: usize = 1024;
+
 /// How much of a provider stream is read at once.
 pub const PROVIDER_READ_CHUNK_BYTES: usize = 8 * 1024;
 

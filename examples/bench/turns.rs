@@ -93,6 +93,9 @@ pub fn first_token(args: &[String]) -> Res<()> {
             messages: vec![(ChatRole::User, format!("question {i}"))],
             max_tokens: None,
             temperature: None,
+            tools: vec![],
+            tool_choice_none: false,
+            steps: vec![],
         };
         let started = Instant::now();
         let mut first = None;
@@ -217,6 +220,9 @@ fn naive(turns: usize, estimator: &Estimator) -> Res<(f64, u64)> {
             messages: history[start..].to_vec(),
             max_tokens: None,
             temperature: None,
+            tools: vec![],
+            tool_choice_none: false,
+            steps: vec![],
         };
         let mut answer = String::new();
         for ev in provider.stream_chat(&req) {

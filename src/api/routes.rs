@@ -233,7 +233,9 @@ fn models(api: &Api) -> Answer {
             let is_chat = chat.as_deref() == Some(m.id.as_str());
             let w = crate::provider::window_in(&list, &m.id, s.context_window.filter(|_| is_chat));
             let paused = api.engine.paused(&m.id);
-            json!({"id": m.id, "window": w.tokens, "window_source": w.source, "paused": paused})
+            let tools = api.engine.provider().offers_tools(&m.id);
+            json!({"id": m.id, "window": w.tokens, "window_source": w.source, "paused": paused,
+                "tools": tools})
         })
         .collect();
     http::json(

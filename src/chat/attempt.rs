@@ -213,6 +213,9 @@ fn prepare(
             .collect(),
         max_tokens: s.max_output_tokens,
         temperature: s.temperature,
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     };
     Ok((Serving { model, budget }, request))
 }
@@ -324,6 +327,8 @@ fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
             turn.push(Frame::Usage(u));
         }
         StreamEvent::Finish(f) => out.finish_reason = Some(f),
+        // No tools are offered yet (the tool loop is not built), so none are asked for.
+        StreamEvent::ToolCalls(_) => {}
     }
 }
 

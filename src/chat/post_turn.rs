@@ -251,6 +251,9 @@ fn call(
         messages: vec![(ChatRole::User, ask.text.to_owned())],
         max_tokens: Some(ask.max_tokens),
         temperature: Some(0.0),
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     };
     let started = Instant::now();
     let result = inner

@@ -46,6 +46,9 @@ impl Summarizer for ProviderSummarizer {
             messages: vec![(ChatRole::User, input.text.clone())],
             max_tokens: Some(u32::try_from(input.max_tokens).unwrap_or(u32::MAX)),
             temperature: None,
+            tools: vec![],
+            tool_choice_none: false,
+            steps: vec![],
         };
         let timeout = bounds.left();
         if timeout.is_zero() {

@@ -18,10 +18,12 @@ use serde_json::Value;
 
 use super::lanes::{DEFAULT_BACKGROUND_SLOTS, Lanes};
 use super::state::{Listing, State, Ttls};
-use super::stream::{ChatStream, read_stream};
+use super::stream::{ChatStream, WithoutTools, read_stream};
 use super::think::ThinkSplitter;
+use super::toolcalls::Assembler;
+use super::toolless::ToolLess;
 use super::wire::{
-    parse_chunk, parse_models, refuses_structured_output, request_body, shaped_body,
+    parse_chunk, parse_models, refuses_structured_output, request_body, shaped_body, without_tools,
 };
 use super::{ChatRequest, Completion, ModelInfo, ProviderError, Shape, Window};
 use crate::config;
@@ -107,6 +109,8 @@ pub struct Provider {
     lanes: Lanes,
     /// Models whose server refused `response_format`: asked without it from then on.
     no_schema: Mutex<HashSet<String>>,
+    /// Models whose server refused `tools`: asked without them for a while.
+    tool_less: Arc<Mutex<ToolLess>>,
 }
 
 fn new_agent() -> ureq::Agent {
@@ -139,6 +143,7 @@ impl Provider {
             agent: new_agent(),
             shared: Arc::default(),
             no_schema: Mutex::default(),
+            tool_less: Arc::default(),
         }
     }
 
@@ -160,20 +165,51 @@ impl Provider {
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {
         let (tx, rx) = std::sync::mpsc::sync_channel(config::STREAM_BUFFER_CHUNKS);
         let cancel = Arc::default();
-        let body = request_body(req, true).to_string();
+        let mut body = request_body(req, true);
+        let offered = !req.tools.is_empty() && self.offers_tools(&req.model);
+        let mut without = None;
+        if !req.tools.is_empty() {
+            let mut bare = body.clone();
+            without_tools(&mut bare);
+            if offered {
+                let (tool_less, model) = (Arc::clone(&self.tool_less), req.model.clone());
+                without = Some(WithoutTools {
+                    request: self.stream_request(),
+                    body: bare.to_string(),
+                    answered: Box::new(move || {
+                        log::warn!(
+                            "{model} refused tools: sent none for {:?}",
+                            config::TOOL_LESS_FOR
+                        );
+                        lock(&tool_less).mark(&model, Instant::now());
+                    }),
+                });
+            } else {
+                body = bare;
+            }
+        }
+        let stream = ChatStream::new(rx, cancel, &self.cfg, Arc::clone(&self.shared));
+        let flag = stream.cancel_handle();
+        let (request, body) = (self.stream_request(), body.to_string());
+        thread::spawn(move || read_stream(request, body, without, &tx, &flag));
+        stream
+    }
+
+    fn stream_request(&self) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         // The transport gives up a little after the caller would have.
         let per_read =
             self.cfg.first_token_timeout.max(self.cfg.idle_timeout) + config::TRANSPORT_READ_GRACE;
-        let request = self
-            .post("chat/completions")
+        self.post("chat/completions")
             .header("Accept", "text/event-stream")
             .config()
             .timeout_per_read(Some(per_read))
-            .build();
-        let stream = ChatStream::new(rx, cancel, &self.cfg, Arc::clone(&self.shared));
-        let flag = stream.cancel_handle();
-        thread::spawn(move || read_stream(request, body, &tx, &flag));
-        stream
+            .build()
+    }
+
+    /// Whether `model` is offered tools: not when its server refused them in the last
+    /// [`config::TOOL_LESS_FOR`] (a stream for it is sent without them).
+    pub fn offers_tools(&self, model: &str) -> bool {
+        lock(&self.tool_less).offers(model, Instant::now())
     }
 
     /// A whole completion, not streamed (summaries, distillation, titles), within
@@ -424,11 +460,18 @@ fn complete_on(
     split.reasoning.push_str(&rest.reasoning);
     let mut reasoning = parts.reasoning.unwrap_or_default();
     reasoning.push_str(&split.reasoning);
+    let mut calls = Assembler::new();
+    for piece in parts.tool_calls {
+        calls
+            .push(piece)
+            .map_err(|e| ProviderError::Malformed(e.to_string()))?;
+    }
     Ok(Completion {
         text: split.text,
         reasoning,
         usage: parts.usage.unwrap_or_default(),
         finish_reason: parts.finish_reason,
+        tool_calls: calls.finish(),
     })
 }
 

@@ -5,6 +5,8 @@
 //! - [`sse`]: the incremental SSE parser (pure).
 //! - [`think`]: a leading `<think>` block moved to reasoning (pure).
 //! - [`wire`]: request bodies, chunks, usage, listings (pure).
+//! - [`toolcalls`]: `delta.tool_calls` pieces assembled into whole calls (pure).
+//! - [`toolless`]: models whose server refused `tools`, for a while (pure).
 //! - [`state`]: what the client remembers: the listing and the last observation (pure).
 //! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
 //! - [`stream`]: a streamed completion, its timeouts and cancellation.
@@ -21,6 +23,8 @@ pub mod sse;
 pub mod state;
 pub mod stream;
 pub mod think;
+pub mod toolcalls;
+pub mod toolless;
 pub mod wire;
 
 use std::time::Duration;
@@ -49,6 +53,42 @@ pub struct ChatRequest {
     pub messages: Vec<(ChatRole, String)>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// Offered as `tools`, in this order (the caller sorts them, I3); none: no `tools`.
+    pub tools: Vec<ToolDef>,
+    /// Sends `tool_choice: "none"` (the last step of a turn), when tools are offered.
+    pub tool_choice_none: bool,
+    /// The tool steps of this attempt so far, rendered after `messages`.
+    pub steps: Vec<Step>,
+}
+
+/// A tool as the model is offered it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    /// The JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// A call the model asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// As the model sent it: usually a JSON object's text, but not always (the engine
+    /// decides what to do with text that is not).
+    pub arguments: String,
+}
+
+/// One step of an attempt that ended with tool calls: what the model said and asked for,
+/// and what each call answered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    /// The step's text (`content`), or none (`null`).
+    pub text: Option<String>,
+    pub calls: Vec<ToolCall>,
+    /// (call id, the content sent back), one per call, in order.
+    pub results: Vec<(String, String)>,
 }
 
 /// What a background call asks of the answer's form, beyond its request.
@@ -74,6 +114,9 @@ pub enum StreamEvent {
     Text(String),
     Reasoning(String),
     Usage(Usage),
+    /// The calls the model asked for, once, when the stream ends with them (before
+    /// `Finish`).
+    ToolCalls(Vec<ToolCall>),
     Finish(String),
 }
 
@@ -84,6 +127,8 @@ pub struct Completion {
     pub reasoning: String,
     pub usage: Usage,
     pub finish_reason: Option<String>,
+    /// The calls the model asked for, if any.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// One model of the listing.

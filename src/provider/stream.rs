@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use super::client::{Shared, classify, excerpt, http_error, read_limited};
 use super::sse::{Frame, SseParser};
 use super::think::{Split, ThinkSplitter};
-use super::wire::parse_chunk;
+use super::toolcalls::Assembler;
+use super::wire::{parse_chunk, refuses_tools};
 use super::{ProviderConfig, ProviderError, StreamEvent};
 use crate::config;
 
@@ -30,25 +31,56 @@ pub(super) enum Wire {
     Failed(ProviderError),
 }
 
-pub(super) fn read_stream(
+/// The same request without `tools`, for a server that refuses them (SPEC §13).
+pub(super) struct WithoutTools {
+    pub request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    pub body: String,
+    /// Called when the request without tools is answered: the model is tool-less.
+    pub answered: Box<dyn FnOnce() + Send>,
+}
+
+/// Sends a request; a non-200 is its error.
+fn open(
     request: ureq::RequestBuilder<ureq::typestate::WithBody>,
     body: String,
-    tx: &SyncSender<Wire>,
-    cancel: &AtomicBool,
-) {
-    let resp = match request.send(body) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.send(Wire::Failed(classify(e, Duration::ZERO)));
-            return;
-        }
-    };
+) -> Result<ureq::http::Response<ureq::Body>, ProviderError> {
+    let resp = request
+        .send(body)
+        .map_err(|e| classify(e, Duration::ZERO))?;
     let status = resp.status().as_u16();
     if status != 200 {
         let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES).unwrap_or_default();
-        let _ = tx.send(Wire::Failed(http_error(status, &text)));
-        return;
+        return Err(http_error(status, &text));
     }
+    Ok(resp)
+}
+
+pub(super) fn read_stream(
+    request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    body: String,
+    without_tools: Option<WithoutTools>,
+    tx: &SyncSender<Wire>,
+    cancel: &AtomicBool,
+) {
+    let resp = match (open(request, body), without_tools) {
+        (Err(ProviderError::Http { status, body }), Some(retry))
+            if refuses_tools(status, &body) && !cancel.load(Ordering::SeqCst) =>
+        {
+            let resp = open(retry.request, retry.body);
+            if resp.is_ok() {
+                (retry.answered)();
+            }
+            resp
+        }
+        (resp, _) => resp,
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Wire::Failed(e));
+            return;
+        }
+    };
     let mut reader = resp.into_body().into_reader();
     let mut buf = vec![0u8; config::PROVIDER_READ_CHUNK_BYTES];
     while !cancel.load(Ordering::SeqCst) {
@@ -81,6 +113,9 @@ pub struct ChatStream {
     finished: bool,
     parser: SseParser,
     think: ThinkSplitter,
+    /// The step's tool calls so far; `None` once they were given out.
+    calls: Option<Assembler>,
+    calls_overflowed: bool,
     frames: Vec<Frame>,
     pending: VecDeque<StreamEvent>,
 }
@@ -107,6 +142,8 @@ impl ChatStream {
             finished: false,
             parser: SseParser::new(),
             think: ThinkSplitter::new(),
+            calls: Some(Assembler::new()),
+            calls_overflowed: false,
             frames: Vec::new(),
             pending: VecDeque::new(),
         }
@@ -116,6 +153,12 @@ impl ChatStream {
     /// returns [`ProviderError::Cancelled`] within [`config::STREAM_CANCEL_POLL`].
     pub fn cancel_handle(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.cancel)
+    }
+
+    /// Whether the model asked for more than [`config::MAX_TOOL_CALLS_PER_STEP`] calls:
+    /// [`StreamEvent::ToolCalls`] has the first ones only.
+    pub fn tool_calls_overflowed(&self) -> bool {
+        self.calls_overflowed || self.calls.as_ref().is_some_and(Assembler::overflowed)
     }
 
     fn fail(&mut self, e: ProviderError) -> Option<Result<StreamEvent, ProviderError>> {
@@ -172,6 +215,14 @@ impl ChatStream {
             let split = self.think.push(&c);
             self.queue_split(split);
         }
+        if let Some(calls) = self.calls.as_mut() {
+            for piece in parts.tool_calls {
+                self.seen_token = true;
+                calls
+                    .push(piece)
+                    .map_err(|e| ProviderError::Malformed(e.to_string()))?;
+            }
+        }
         if let Some(u) = parts.usage {
             self.pending.push_back(StreamEvent::Usage(u));
         }
@@ -197,9 +248,17 @@ impl ChatStream {
         }
     }
 
+    /// The text's end, then the step's calls (once; pieces after that are ignored).
     fn end_of_content(&mut self) {
         let rest = self.think.finish();
         self.queue_split(rest);
+        if let Some(calls) = self.calls.take() {
+            self.calls_overflowed = calls.overflowed();
+            if !calls.is_empty() {
+                self.pending
+                    .push_back(StreamEvent::ToolCalls(calls.finish()));
+            }
+        }
     }
 }
 

@@ -21,5 +21,6 @@ mod server;
 mod store;
 mod support;
 mod terminal;
+mod tools_wire;
 mod transcript;
 mod weak_model;

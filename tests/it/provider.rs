@@ -26,6 +26,9 @@ fn ask(text: &str) -> ChatRequest {
         messages: vec![(ChatRole::User, text.into())],
         max_tokens: None,
         temperature: None,
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     }
 }
 
@@ -51,6 +54,7 @@ fn collect(stream: impl Iterator<Item = Result<StreamEvent, ProviderError>>) -> 
             Ok(StreamEvent::Reasoning(r)) => c.reasoning.push_str(&r),
             Ok(StreamEvent::Usage(u)) => c.usage = Some(u),
             Ok(StreamEvent::Finish(f)) => c.finish = Some(f),
+            Ok(StreamEvent::ToolCalls(_)) => {}
             Err(e) => {
                 assert!(c.error.is_none(), "one error ends a stream");
                 c.error = Some(e);

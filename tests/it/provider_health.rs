@@ -20,6 +20,9 @@ fn ask(text: &str) -> ChatRequest {
         messages: vec![(ChatRole::User, text.into())],
         max_tokens: None,
         temperature: None,
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     }
 }
 

@@ -57,6 +57,9 @@ fn a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache() {
         messages: vec![(ChatRole::User, question)],
         max_tokens: Some(12),
         temperature: Some(0.0),
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     };
     let run = || {
         let (mut text, mut usage, mut finish) = (String::new(), None::<Usage>, None);
@@ -65,6 +68,7 @@ fn a_real_llama_cpp_server_streams_lists_its_window_and_reuses_its_cache() {
                 StreamEvent::Text(t) | StreamEvent::Reasoning(t) => text.push_str(&t),
                 StreamEvent::Usage(u) => usage = Some(u),
                 StreamEvent::Finish(f) => finish = Some(f),
+                StreamEvent::ToolCalls(_) => {}
             }
         }
         (text, usage.expect("usage with include_usage"), finish)
@@ -111,6 +115,9 @@ fn a_real_llama_cpp_distillation_with_a_schema_returns_json_that_parses() {
         )],
         max_tokens: Some(MEMORY_MAX_TOKENS),
         temperature: Some(0.0),
+        tools: vec![],
+        tool_choice_none: false,
+        steps: vec![],
     };
     let never = std::sync::atomic::AtomicBool::new(false);
     let timeout = Duration::from_secs(120);

@@ -295,7 +295,7 @@ fn the_api_surface() {
     assert_eq!(
         models["models"][0],
         json!({"id": "mock-model", "window": 4096, "window_source": "llama.cpp meta.n_ctx",
-            "paused": []})
+            "paused": [], "tools": true})
     );
 
     // Rename and archive; archived filtering; delete.
