@@ -48,12 +48,15 @@ function closeMenu(restoreFocus) {
 
 export function closeSheet() {
   $('context-panel').hidden = true;
+  $('main').inert = false;
   syncScrim();
 }
 
-// Called after the Context button toggled the panel.
+// Called after the Context button toggled the panel. On a phone the panel is a sheet over
+// the transcript: what is behind it takes no focus while it is open.
 export function contextToggled() {
   syncScrim();
+  $('main').inert = narrow.matches && !$('context-panel').hidden;
   if (!$('context-panel').hidden) $('close-context').focus();
 }
 
@@ -81,13 +84,19 @@ function followViewport() {
   apply();
 }
 
+const BANNER_RECHECK_MS = 10000;
+let bannerTimer = null;
+
 // The first-run banner on the empty screen: shown when the provider is unreachable or
 // lists no models, with the URL brain tried when the server says it.
-export function providerBanner(m) {
+export function providerBanner(m, recheck) {
   const p = m && m.provider;
   const down = !!p && p.status !== 'ok';
   const show = down || !(m && m.models && m.models.length);
   $('provider-banner').hidden = !show;
+  // A model server started after the page loaded: looked for again until it answers.
+  clearTimeout(bannerTimer);
+  if (show && recheck) bannerTimer = setTimeout(recheck, BANNER_RECHECK_MS);
   if (!show) return;
   $('provider-banner-title').textContent = down ? 'No model server answered'
     : p ? 'The model server lists no models' : 'No models: is a model server running?';
@@ -124,6 +133,6 @@ export function initLayout() {
     e.stopImmediatePropagation();
   });
   // Back at desktop width, no overlay state is left behind.
-  narrow.addEventListener('change', () => { closeDrawer(false); closeMenu(false); syncScrim(); });
+  narrow.addEventListener('change', () => { closeDrawer(false); closeMenu(false); $('main').inert = false; syncScrim(); });
   followViewport();
 }

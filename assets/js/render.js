@@ -24,7 +24,7 @@ function setupMarkdown() {
   markedReady = true;
 }
 
-export function markdown(text) {
+export function markdown(text, highlighting = true) {
   const box = el('div', 'md');
   setupMarkdown();
   if (!markedReady) { box.textContent = text; box.style.whiteSpace = 'pre-wrap'; return box; }
@@ -34,7 +34,7 @@ export function markdown(text) {
     FORBID_TAGS: ['img', 'style', 'iframe', 'form', 'input', 'button', 'svg', 'math', 'video', 'audio'],
     FORBID_ATTR: ['style', 'srcset'],
   });
-  enhanceCode(box);
+  enhanceCode(box, highlighting);
   return box;
 }
 
@@ -108,7 +108,11 @@ function endedWords(ended) {
   if (!ended) return ['brain stopped before this answer finished (the text so far was saved)', ''];
   if (ended.code === 'stopped') return ['You stopped this answer', ''];
   if (ended.code === 'shutdown') return ['The server stopped while answering', ''];
-  return ['The connection to the model was cut', [ended.code, ended.message].filter(Boolean).join(': ')];
+  const detail = [ended.code, ended.message].filter(Boolean).join(': ');
+  if (ended.code === 'provider_malformed') return ['The model sent something brain could not read, so the answer stops here', detail];
+  if (ended.code === 'internal') return ['brain could not finish this answer (see its log)', detail];
+  if (ended.code === 'idle_timeout') return ['The model went silent, so the answer stops here', detail];
+  return ['The connection to the model was cut', detail];
 }
 
 // A failed attempt (no text at all), in words; the code and message go in the detail.

@@ -18,6 +18,11 @@ export function showEmpty() {
   $('transcript').replaceChildren(el('p', 'empty', 'Ask anything. Every word is kept: answers, interruptions, failures and summaries.'));
 }
 
+// Bumped whenever another session (or none) is shown: a stream started before writes
+// nothing more to the page, and does not touch its buttons.
+let view = 0;
+export function newView() { view++; return view; }
+
 function setStreaming(on) {
   state.streaming = on;
   $('stop').hidden = !on;
@@ -37,10 +42,25 @@ export async function openSession(id, push, seq) {
   if (id !== state.id) setStatus('');
   if (push) history.pushState({ id }, '', '/sessions/' + id + (seq ? '#seq-' + seq : ''));
   if (seq && state.id === id && isOpen(id)) { await reveal(seq); return; }
+  const mine = newView();
   state.id = id;
   document.querySelectorAll('.session-link').forEach((a) => a.classList.toggle('active', a.dataset.id === id));
-  const data = await api('/v1/sessions/' + id);
-  if (state.id !== id) return;
+  let data;
+  try {
+    data = await api('/v1/sessions/' + id);
+  } catch (e) {
+    if (view !== mine) return;
+    // A deleted session, or a stale link: back to a new chat, saying why, rather than a
+    // page whose Send would go to a session that is not there.
+    state.id = null; state.session = null;
+    history.replaceState({}, '', '/');
+    showEmpty();
+    renderHeader();
+    setStreaming(false);
+    setStatus('That session could not be opened: ' + e.message);
+    return;
+  }
+  if (state.id !== id || view !== mine) return;
   state.session = data.session;
   renderHeader();
   const t = $('transcript');
@@ -66,14 +86,19 @@ async function refreshTail(id) {
   const t = $('transcript');
   const data = await api('/v1/sessions/' + id).catch(() => null);
   if (!data || state.id !== id) return;
+  const mine = view;
   const first = data.items.length ? data.items[0].seq : Infinity;
-  const stale = [...t.querySelectorAll(':scope > [data-seq]')].filter((n) => Number(n.dataset.seq) >= first || Number(n.dataset.seq) === 0);
-  const kept = t.querySelectorAll(':scope > [data-seq]').length - stale.length;
+  // Replaced: items the new page holds again, and what the stream showed before it was
+  // saved (the question at seq 0, the live bubble, error notices: no seq of their own).
+  const children = [...t.children].filter((n) => !n.matches('.transcript-top, .empty'));
+  const stale = children.filter((n) => !n.dataset.seq || Number(n.dataset.seq) === 0 || Number(n.dataset.seq) >= first);
+  const kept = children.length - stale.length;
   // Nothing earlier kept, or another answer already running (only a full open adopts it).
   if (!kept || !isOpen(id) || data.session.turn_active || data.items.some((i) => i.kind === 'streaming')) {
     await openSession(id, false);
     return;
   }
+  if (view !== mine) return;
   const follow = atBottom(t);
   state.session = data.session;
   renderHeader();
@@ -109,6 +134,7 @@ function liveBubble(item) {
   let body = el('div', 'md');
   box.append(reasoning, body);
   const b = { box, turn: item ? item.turn : null, attempt: item ? item.attempt : null, text: '', floor: 0, pending: false };
+  let done = false;
   const render = () => {
     b.pending = false;
     if (b.text.length < b.floor) return;
@@ -116,7 +142,7 @@ function liveBubble(item) {
     // read (or was taken to a search hit) stays where they are.
     const t = $('transcript');
     const follow = atBottom(t);
-    const next = markdown(b.text);
+    const next = markdown(b.text, done);
     box.replaceChild(next, body);
     body = next;
     if (follow) t.scrollTop = t.scrollHeight;
@@ -128,7 +154,7 @@ function liveBubble(item) {
   // The attempt starts over from its first frame: what is shown stays until the rebuilt
   // text is as long, so a reload never shows the answer shrink and grow back.
   b.restart = () => { b.floor = b.text.length; b.text = ''; reasoningText.textContent = ''; };
-  b.finish = () => { b.floor = 0; schedule(); };
+  b.finish = () => { b.floor = 0; done = true; schedule(); };
   b.setReasoning(item && item.reasoning ? item.reasoning : '');
   if (item) { box.dataset.seq = item.seq; b.text = item.text || ''; render(); }
   return b;
@@ -136,10 +162,11 @@ function liveBubble(item) {
 
 // Follows one attempt's frames into a live bubble: `adopted` (the `streaming` item shown on
 // load) when the frames are that attempt's, else a new one at the bottom of the transcript.
-function streamInto(adopted) {
+function streamInto(adopted, mine) {
   const t = $('transcript');
   let bubble = null;
   return (f) => {
+    if (view !== mine) return;
     if (f.type === 'turn') {
       if (adopted && adopted.turn === f.turn && adopted.attempt === f.attempt) { bubble = adopted; bubble.restart(); }
       else { bubble = liveBubble(); t.append(bubble.box); }
@@ -156,14 +183,17 @@ function streamInto(adopted) {
 }
 
 export async function runStream(path, body, id, adopted) {
+  const mine = view;
   setStreaming(true);
   try {
     const res = await fetch(path, { method: body ? 'POST' : 'GET', headers: headers(!!body), body: body ? JSON.stringify(body) : undefined });
-    await readFrames(res, streamInto(adopted));
-  } catch (e) { setStatus(e.message); }
+    await readFrames(res, streamInto(adopted, mine));
+  } catch (e) { if (view === mine) setStatus(e.message); }
+  loadSessions(true);
+  // The reader went to another session meanwhile: this stream's end is not that page's.
+  if (view !== mine) return;
   setStreaming(false);
   if (state.id === id) await refreshTail(id);
-  loadSessions(true);
   // The automatic title is written after the answer, in the background.
   if (state.id === id && state.session && !state.session.title) {
     followTitle(id, (s) => { state.session = s; renderHeader(); loadSessions(true); });
@@ -225,7 +255,7 @@ export async function refreshContext() {
 export async function loadModels() {
   try {
     const m = await api('/v1/models');
-    providerBanner(m);
+    providerBanner(m, loadModels);
     const sel = $('model');
     sel.textContent = '';
     for (const x of m.models) {

@@ -9,7 +9,7 @@ const PAGE = 200;
 // Start fetching the previous page this far before the reader reaches the top.
 const AHEAD_PX = 600;
 
-const pager = { id: null, before: null, more: false, loading: null, gen: 0 };
+const pager = { id: null, before: null, more: false, loading: null, gen: 0, failed: false };
 let top = null;
 let observer = null;
 
@@ -17,9 +17,14 @@ let observer = null;
 function topRow() {
   if (!top) {
     top = el('div', 'transcript-top');
-    top.append(el('span', 'muted', 'Loading earlier messages…'));
+    top.append(el('span', 'muted loading-note', 'Loading earlier messages…'));
+    // After a failed page the reader asks again; nothing is fetched on its own meanwhile.
+    const again = el('button', 'load-again', 'Could not load earlier messages. Try again');
+    again.type = 'button';
+    again.addEventListener('click', () => { pager.failed = false; top.classList.remove('failed'); loadEarlier().catch(() => {}); });
+    top.append(again);
     observer = new IntersectionObserver((entries) => {
-      if (entries.some((x) => x.isIntersecting)) loadEarlier();
+      if (entries.some((x) => x.isIntersecting)) loadEarlier().catch(() => {});
     }, { root: $('transcript'), rootMargin: AHEAD_PX + 'px 0px 0px 0px' });
     observer.observe(top);
   }
@@ -42,8 +47,10 @@ export function startPaging(id, items, more) {
   pager.before = items.length ? items[0].seq : null;
   pager.more = !!more && pager.before !== null;
   pager.loading = null;
+  pager.failed = false;
   const t = $('transcript');
   const row = topRow();
+  row.classList.remove('failed');
   showLoading(false);
   row.hidden = !pager.more;
   t.prepend(row);
@@ -53,7 +60,7 @@ export function startPaging(id, items, more) {
 // Fetches and prepends the page before the oldest loaded item; one fetch at a time.
 export function loadEarlier() {
   if (pager.loading) return pager.loading;
-  if (!pager.more || !top || !top.isConnected) return Promise.resolve();
+  if (!pager.more || pager.failed || !top || !top.isConnected) return Promise.resolve();
   const gen = pager.gen;
   const { id, before } = pager;
   showLoading(true);
@@ -70,13 +77,21 @@ export function loadEarlier() {
     pager.before = data.items.length ? data.items[0].seq : pager.before;
     pager.more = data.more && data.items.length > 0;
     top.hidden = !pager.more;
-  })().finally(() => {
+  })().then(() => {
     if (gen !== pager.gen) return;
     pager.loading = null;
     showLoading(false);
     // Still at the top (a short page): the observer will not fire again by itself.
     const t = $('transcript');
-    if (pager.more && t.scrollTop <= AHEAD_PX) requestAnimationFrame(() => loadEarlier());
+    if (pager.more && t.scrollTop <= AHEAD_PX) requestAnimationFrame(() => loadEarlier().catch(() => {}));
+  }, (e) => {
+    if (gen !== pager.gen) return;
+    // A failed page is not asked for again and again: the row says so and offers a retry.
+    pager.loading = null;
+    pager.failed = true;
+    showLoading(false);
+    top.classList.add('failed');
+    throw e;
   });
   return pager.loading;
 }
@@ -92,13 +107,14 @@ export async function reveal(seq) {
     if (pager.before === before) break;
   }
   if (gen !== pager.gen) return;
-  // The item at `seq`, else the one that holds it (an interrupted answer sits at its first
-  // checkpoint; a hit may name a later one).
+  // The item at `seq`, else the interrupted answer that holds it (it sits at its first
+  // checkpoint; a hit may name a later one). A seq with neither shows nothing.
   let best = null;
   for (const n of t.querySelectorAll('[data-seq]')) {
     const s = Number(n.dataset.seq);
     if (s > 0 && s <= seq && (!best || s > Number(best.dataset.seq))) best = n;
   }
+  if (best && Number(best.dataset.seq) !== seq && !best.matches('.msg.interrupted, .msg.streaming')) best = null;
   t.querySelectorAll('.found').forEach((n) => n.classList.remove('found'));
   if (!best) return;
   best.classList.add('found');

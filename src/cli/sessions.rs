@@ -233,11 +233,20 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             turn,
             attempt,
             text,
+            ended,
             ..
-        } => (
-            format!("interrupted (turn {turn}, attempt {attempt}): the answer was cut off here"),
-            Some(text),
-        ),
+        } => {
+            let why = match ended.as_ref().map(|e| (e.code.as_str(), e)) {
+                None => "brain stopped before the answer finished".to_owned(),
+                Some(("stopped", _)) => "stopped by the user".to_owned(),
+                Some(("shutdown", _)) => "the server stopped while answering".to_owned(),
+                Some((code, e)) => format!("cut off ({code}: {})", e.message),
+            };
+            (
+                format!("interrupted (turn {turn}, attempt {attempt}): {why}"),
+                Some(text),
+            )
+        }
         ItemBody::Streaming {
             turn,
             attempt,

@@ -79,7 +79,8 @@ pub fn label(kind: &str) -> String {
         k::ASSISTANT_TURN => "answer".to_owned(),
         k::PENDING_STATE => "interrupted answer".to_owned(),
         k::COMPACTION_APPLIED => "summary".to_owned(),
-        k::SESSION_TITLED => "title".to_owned(),
+        // A session's first title is in its `session_started`.
+        k::SESSION_TITLED | k::SESSION_STARTED => "title".to_owned(),
         other => other.replace('_', " "),
     }
 }
@@ -96,6 +97,7 @@ mod tests {
             "compaction_applied",
             "session_titled",
             "tool_execution",
+            "session_started",
         ]
         .iter()
         .map(|k| label(k))
@@ -108,7 +110,8 @@ mod tests {
                 "interrupted answer",
                 "summary",
                 "title",
-                "tool execution"
+                "tool execution",
+                "title"
             ]
         );
     }

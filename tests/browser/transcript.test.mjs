@@ -288,6 +288,7 @@ test('a new answer keeps the earlier pages loaded, and a reader who scrolled up 
   const newest = Math.max(...loaded);
   assert.ok(after.includes(newest + 1) && after.includes(newest + 2), 'the question and its answer were added');
   assert.equal(new Set(after).size, after.length, 'no item twice');
+  assert.equal(await p.locator('.msg.assistant >> text=fresh39').count(), 1, 'the answer once, not also its live bubble');
   assert.deepEqual(p.errors || [], []);
   await p.context().close();
 });

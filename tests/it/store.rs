@@ -476,6 +476,42 @@ fn search_index_covers_messages_answers_partials_summaries_and_titles_only() {
     }
 }
 
+/// A checkpoint whose attempt completed is not a hit of its own (its answer holds the same
+/// text, and the reader should land there); an interrupted attempt's checkpoint is.
+#[test]
+fn search_leaves_out_checkpoints_of_completed_answers() {
+    use brain::session::store::{SearchQuery, Syntax};
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    store.append(id, &user("tell me")).unwrap();
+    store.append(id, &pending(2, 1, "quokka ")).unwrap();
+    let answer_seq = store.append(id, &answer(2, 1, "quokka story")).unwrap().seq;
+    store.append(id, &user("again")).unwrap();
+    let cut_seq = store
+        .append(id, &pending(5, 1, "quokka again"))
+        .unwrap()
+        .seq;
+    // The interrupted one's retry completed: its own checkpoint is still the partial.
+    store
+        .append(id, &answer(5, 2, "a different answer"))
+        .unwrap();
+    let hits = store
+        .search(&SearchQuery {
+            text: "quokka".into(),
+            syntax: Syntax::Plain,
+            limit: 20,
+            offset: 0,
+        })
+        .unwrap();
+    let mut found: Vec<(u64, &str)> = hits.iter().map(|h| (h.seq, h.kind.as_str())).collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [(answer_seq, "assistant_turn"), (cut_seq, "pending_state")]
+    );
+}
+
 #[test]
 fn failing_and_panicking_writers_in_a_group_leave_the_others_committed() {
     let db = TempDb::new();

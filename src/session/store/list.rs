@@ -165,6 +165,9 @@ impl Store {
     }
 }
 
+/// The search statement. A checkpoint of an attempt that went on to complete is left out:
+/// its answer holds the same text, and is what a reader should land on (the checkpoint has
+/// no item of its own). An interrupted attempt's checkpoints stay: they are its partial.
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let (open, close) = markers(&nonce);
@@ -178,6 +181,12 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
          JOIN session_events e ON e.id = session_search.rowid
          JOIN sessions s ON s.id = e.session_id
          WHERE session_search MATCH ?1
+           AND NOT (e.kind = 'pending_state' AND EXISTS (
+               SELECT 1 FROM session_events a
+               WHERE a.session_id = e.session_id AND a.seq > e.seq
+                 AND a.kind = 'assistant_turn'
+                 AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
+                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
          ORDER BY session_search.rank, e.session_id, e.seq
          LIMIT {} OFFSET {}",
         q.limit, q.offset
