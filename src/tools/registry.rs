@@ -1,0 +1,720 @@
+//! [`Tools`]: every tool brain can offer, and the MCP servers behind them, supervised.
+//!
+//! Each configured server has a supervisor thread: it starts the server (bounded by
+//! [`START_TIMEOUT`]), lists its tools, then watches it: a `tools/list_changed` lists them
+//! again; a server that dies or fails to start is started again after a backoff
+//! ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]), or at once when a call needs it.
+//! [`Tools::start`] waits for the first starts only as long as one start may take, so a
+//! slow server never holds up `serve` beyond that; it keeps starting in the background.
+//!
+//! Offered names must be unique: at startup two tools with one name stop startup with a
+//! message naming both; a server that lists a colliding tool later (a late start, a
+//! changed list) has that tool dropped, with a warning, never a crash.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use serde_json::Value;
+
+use super::config::{McpConfig, ServerConfig, Transport};
+use super::mcp::http::HttpLink;
+use super::mcp::stdio::StdioLink;
+use super::mcp::{Link, McpError, Server, ToolInfo};
+use super::names::{self, Collision};
+use super::{
+    BUILTIN_SERVER, Health, Mode, Policy, ServerState, ServerStatus, ToolOutcome, ToolSpec,
+    ToolStatus, ToolsStatus, builtin,
+};
+use crate::session::Store;
+
+/// How long one server's start (spawn, `initialize`, `tools/list`) may take.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first wait before a failed server is started again; it doubles per failure.
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two starts of a failing server.
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+/// How often a supervisor looks at its server (died? tools changed?).
+const WATCH_POLL: Duration = Duration::from_millis(200);
+
+/// What [`Tools::start`] needs.
+pub struct ToolsSetup {
+    pub mode: Mode,
+    /// `--mcp-config`, parsed.
+    pub config: Option<McpConfig>,
+    /// `--tool-timeout`: a call's limit when its server sets no `timeout_s`.
+    pub tool_timeout: Duration,
+    /// The history `search_history` searches.
+    pub store: Option<Arc<Store>>,
+}
+
+/// Why tools could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsError {
+    #[error("{0}")]
+    Collision(#[from] Collision),
+}
+
+/// The tools and their servers. Shared behind an `Arc`; dropping the last one shuts the
+/// servers down.
+pub struct Tools {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Offered at all (`--tools`, and a configuration for `auto`).
+    enabled: bool,
+    builtins: Vec<ToolSpec>,
+    store: Option<Arc<Store>>,
+    slots: Vec<Slot>,
+    tool_timeout: Duration,
+    stopping: AtomicBool,
+    /// Held while a server's list is accepted, so two lists are checked against each
+    /// other one at a time.
+    catalog: Mutex<()>,
+}
+
+struct Slot {
+    config: ServerConfig,
+    state: Mutex<State>,
+    /// Signalled on every change of `state`, and to wake the supervisor.
+    wake: Condvar,
+}
+
+struct State {
+    phase: Phase,
+    /// Its tools as last listed and accepted, sorted by offered name.
+    tools: Vec<ToolSpec>,
+    /// `(offered name, server/tool)` of every tool it listed that is not denied, dropped
+    /// ones included: what startup checks for collisions.
+    listed: Vec<(String, String)>,
+    /// The current process or connection, to close it even while it starts.
+    link: Option<Arc<dyn Link>>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// A call wants it started now, whatever the backoff.
+    restart_now: bool,
+    /// Starts finished (either way), so a waiting call knows one was tried.
+    starts: u64,
+}
+
+enum Phase {
+    Starting,
+    Up(Arc<Server>),
+    Failed(String),
+    Stopped,
+}
+
+/// The wait before start number `failures + 1`.
+fn backoff(failures: u32) -> Duration {
+    let doubled = RETRY_FIRST.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(RETRY_MAX)
+}
+
+/// `12 s`, `1.5 s`.
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+impl Tools {
+    /// No tools: nothing offered, no server started.
+    pub fn off() -> Tools {
+        Tools {
+            inner: Arc::new(Inner {
+                enabled: false,
+                builtins: Vec::new(),
+                store: None,
+                slots: Vec::new(),
+                tool_timeout: super::DEFAULT_TOOL_TIMEOUT,
+                stopping: AtomicBool::new(false),
+                catalog: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Starts every configured server in parallel and waits for them, each at most
+    /// [`START_TIMEOUT`]; refuses when two tools would be offered under one name.
+    pub fn start(setup: ToolsSetup) -> Result<Tools, ToolsError> {
+        let (builtin, servers) = setup.mode.enables(setup.config.is_some());
+        let configs = match setup.config {
+            Some(c) if servers => c.servers,
+            _ => Vec::new(),
+        };
+        let inner = Arc::new(Inner {
+            enabled: builtin || servers,
+            builtins: if builtin {
+                vec![builtin::search_history_spec()]
+            } else {
+                Vec::new()
+            },
+            store: setup.store,
+            slots: configs.into_iter().map(Slot::new).collect(),
+            tool_timeout: setup.tool_timeout,
+            stopping: AtomicBool::new(false),
+            catalog: Mutex::new(()),
+        });
+        for (i, slot) in inner.slots.iter().enumerate() {
+            let me = Arc::clone(&inner);
+            let spawned = std::thread::Builder::new()
+                .name(format!("mcp-supervise-{i}"))
+                .spawn(move || supervise(&me, i));
+            if let Err(e) = spawned {
+                let mut st = slot.state.lock();
+                st.phase = Phase::Failed(format!("cannot start a thread for it: {e}"));
+                st.starts += 1;
+            }
+        }
+        let tools = Tools { inner };
+        // One start's bound, plus a moment for its thread to report.
+        let until = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
+        for slot in &tools.inner.slots {
+            let mut st = slot.state.lock();
+            while matches!(st.phase, Phase::Starting) && st.starts == 0 {
+                if slot.wake.wait_until(&mut st, until).timed_out() {
+                    log::warn!(
+                        "MCP server {} is still starting; it keeps starting in the background",
+                        slot.config.name
+                    );
+                    break;
+                }
+            }
+        }
+        if let Some(c) = tools.startup_collision() {
+            tools.shutdown();
+            return Err(c.into());
+        }
+        Ok(tools)
+    }
+
+    fn startup_collision(&self) -> Option<Collision> {
+        let mut all: Vec<(String, String)> = self
+            .inner
+            .builtins
+            .iter()
+            .map(|b| (b.name.clone(), names::label(BUILTIN_SERVER, &b.tool)))
+            .collect();
+        for slot in &self.inner.slots {
+            all.extend(slot.state.lock().listed.iter().cloned());
+        }
+        names::first_collision(all.iter().map(|(n, l)| (n.as_str(), l.as_str())))
+    }
+
+    /// What the model is offered: every tool not denied of the servers that are up, and
+    /// the built-ins, sorted by name.
+    pub fn offered(&self) -> Vec<ToolSpec> {
+        let mut out = self.inner.builtins.clone();
+        for slot in &self.inner.slots {
+            let st = slot.state.lock();
+            if matches!(st.phase, Phase::Up(_)) {
+                out.extend(
+                    st.tools
+                        .iter()
+                        .filter(|t| t.policy != Policy::Deny)
+                        .cloned(),
+                );
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// A tool that may be called, by its offered name (a server restarting keeps its
+    /// tools: a call starts it).
+    pub fn find(&self, name: &str) -> Option<ToolSpec> {
+        if let Some(b) = self.inner.builtins.iter().find(|t| t.name == name) {
+            return Some(b.clone());
+        }
+        self.inner.slots.iter().find_map(|slot| {
+            slot.state
+                .lock()
+                .tools
+                .iter()
+                .find(|t| t.name == name && t.policy != Policy::Deny)
+                .cloned()
+        })
+    }
+
+    /// How long a call to this tool may run: its server's `timeout_s`, else
+    /// `--tool-timeout`.
+    pub fn timeout(&self, name: &str) -> Duration {
+        self.find(name)
+            .and_then(|t| self.slot(&t.server))
+            .and_then(|s| s.config.timeout)
+            .unwrap_or(self.inner.tool_timeout)
+    }
+
+    fn slot(&self, server: &str) -> Option<&Slot> {
+        self.inner.slots.iter().find(|s| s.config.name == server)
+    }
+
+    /// Runs one call until it answers, `deadline` or the tool's own limit passes, or
+    /// `cancel` is set. A server that died is started again first.
+    pub fn call(
+        &self,
+        name: &str,
+        args: &Value,
+        deadline: Instant,
+        cancel: &AtomicBool,
+    ) -> ToolOutcome {
+        let Some(spec) = self.find(name) else {
+            return ToolOutcome::error(format!("there is no tool named {name:?}"));
+        };
+        if !args.is_object() {
+            return ToolOutcome::error("the arguments must be a JSON object");
+        }
+        if spec.server == BUILTIN_SERVER {
+            return builtin::search_history(self.inner.store.as_deref(), args);
+        }
+        let Some(slot) = self.slot(&spec.server) else {
+            return ToolOutcome::error(format!("there is no tool named {name:?}"));
+        };
+        let started = Instant::now();
+        let limit = slot.config.timeout.unwrap_or(self.inner.tool_timeout);
+        let deadline = deadline.min(started + limit);
+        let timed_out = || ToolOutcome {
+            status: ToolStatus::Timeout,
+            text: format!(
+                "the tool did not answer in {}",
+                seconds(deadline.saturating_duration_since(started))
+            ),
+        };
+        let server = match slot.ready(deadline, cancel) {
+            Ready::Up(s) => s,
+            Ready::TimedOut => return timed_out(),
+            Ready::Gave(outcome) => return outcome,
+        };
+        match server.call(&spec.tool, args.clone(), deadline, cancel) {
+            Ok(r) if r.is_error => ToolOutcome::error(if r.text.trim().is_empty() {
+                "the tool failed without saying why".to_owned()
+            } else {
+                r.text
+            }),
+            Ok(r) => {
+                slot.state.lock().failures = 0;
+                ToolOutcome::ok(r.text)
+            }
+            Err(McpError::Timeout(_)) => timed_out(),
+            Err(McpError::Cancelled) => cancelled(),
+            Err(e) => {
+                // A dead server: its supervisor starts it again now.
+                slot.wake.notify_all();
+                ToolOutcome::error(format!("the MCP server {} failed: {e}", slot.config.name))
+            }
+        }
+    }
+
+    /// For `/health` and `GET /v1/tools`.
+    pub fn status(&self) -> ToolsStatus {
+        let mut tools = self.inner.builtins.clone();
+        let mut servers = Vec::new();
+        for slot in &self.inner.slots {
+            let st = slot.state.lock();
+            let (status, error) = match &st.phase {
+                Phase::Up(s) => match s.broken() {
+                    None => (ServerState::Ok, None),
+                    Some(why) => (ServerState::Failed, Some(why)),
+                },
+                Phase::Starting => (ServerState::Starting, None),
+                Phase::Failed(why) => (ServerState::Failed, Some(why.clone())),
+                Phase::Stopped => (ServerState::Failed, Some("brain is shutting down".into())),
+            };
+            if status == ServerState::Ok {
+                tools.extend(st.tools.iter().cloned());
+            }
+            servers.push(ServerStatus {
+                name: slot.config.name.clone(),
+                status,
+                error,
+                tools: st.tools.len(),
+            });
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let health = if !self.inner.enabled {
+            Health::Off
+        } else if servers.iter().any(|s| s.status == ServerState::Failed) {
+            Health::Degraded
+        } else {
+            Health::Ok
+        };
+        ToolsStatus {
+            health,
+            tools,
+            servers,
+        }
+    }
+
+    /// Closes every server (in parallel; each gets its grace to exit). Idempotent.
+    pub fn shutdown(&self) {
+        if self.inner.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut closing = Vec::new();
+        for slot in &self.inner.slots {
+            let mut st = slot.state.lock();
+            let phase = std::mem::replace(&mut st.phase, Phase::Stopped);
+            closing.push((phase, st.link.take()));
+            drop(st);
+            slot.wake.notify_all();
+        }
+        std::thread::scope(|s| {
+            for (phase, link) in closing {
+                s.spawn(move || {
+                    if let Some(link) = link {
+                        link.close();
+                    }
+                    drop(phase);
+                });
+            }
+        });
+    }
+}
+
+impl Drop for Tools {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Tools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools")
+            .field("enabled", &self.inner.enabled)
+            .field("servers", &self.inner.slots.len())
+            .finish()
+    }
+}
+
+fn cancelled() -> ToolOutcome {
+    ToolOutcome {
+        status: ToolStatus::Cancelled,
+        text: "the call was cancelled".into(),
+    }
+}
+
+enum Ready {
+    Up(Arc<Server>),
+    TimedOut,
+    Gave(ToolOutcome),
+}
+
+impl Slot {
+    fn new(config: ServerConfig) -> Slot {
+        Slot {
+            config,
+            state: Mutex::new(State {
+                phase: Phase::Starting,
+                tools: Vec::new(),
+                listed: Vec::new(),
+                link: None,
+                failures: 0,
+                retry_at: None,
+                restart_now: false,
+                starts: 0,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// The server once it is up: a dead or failed one is started now (once; a second
+    /// failure is the answer).
+    fn ready(&self, deadline: Instant, cancel: &AtomicBool) -> Ready {
+        let mut st = self.state.lock();
+        let mut asked: Option<u64> = None;
+        loop {
+            match &st.phase {
+                Phase::Up(s) if s.broken().is_none() => return Ready::Up(Arc::clone(s)),
+                Phase::Stopped => {
+                    return Ready::Gave(ToolOutcome::error("brain is shutting down"));
+                }
+                Phase::Failed(why) => {
+                    if asked.is_some_and(|n| st.starts > n) {
+                        return Ready::Gave(ToolOutcome::error(format!(
+                            "the MCP server {} is not running: {why}",
+                            self.config.name
+                        )));
+                    }
+                    asked.get_or_insert(st.starts);
+                    st.restart_now = true;
+                    self.wake.notify_all();
+                }
+                Phase::Up(_) | Phase::Starting => {
+                    asked.get_or_insert(st.starts);
+                }
+            }
+            if cancel.load(Ordering::Relaxed) {
+                return Ready::Gave(cancelled());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ready::TimedOut;
+            }
+            self.wake.wait_for(&mut st, WATCH_POLL.min(deadline - now));
+        }
+    }
+}
+
+impl Inner {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Takes a server's new list: names, policies, and any tool whose name another
+    /// already holds dropped with a warning (the tools it had before keep theirs).
+    fn accept(&self, i: usize, listed: &[ToolInfo]) {
+        let _catalog = self.catalog.lock();
+        let config = &self.slots[i].config;
+        let mut taken: HashMap<String, String> = self
+            .builtins
+            .iter()
+            .map(|b| (b.name.clone(), names::label(BUILTIN_SERVER, &b.tool)))
+            .collect();
+        for (j, other) in self.slots.iter().enumerate() {
+            if j != i {
+                for t in other.state.lock().tools.iter() {
+                    if t.policy != Policy::Deny {
+                        taken.insert(t.name.clone(), names::label(&t.server, &t.tool));
+                    }
+                }
+            }
+        }
+        let before: HashSet<String> = self.slots[i]
+            .state
+            .lock()
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        let mut ordered: Vec<&ToolInfo> = listed.iter().collect();
+        ordered.sort_by_key(|t| !before.contains(&names::offered(&config.name, &t.name)));
+        let mut tools = Vec::new();
+        let mut raw = Vec::new();
+        for t in ordered {
+            let name = names::offered(&config.name, &t.name);
+            let label = names::label(&config.name, &t.name);
+            let policy = names::policy(config, &t.name, t.read_only);
+            if policy != Policy::Deny {
+                raw.push((name.clone(), label.clone()));
+                if let Some(holder) = taken.get(&name) {
+                    log::warn!(
+                        "MCP tool {label} is not offered: its name {name:?} is already {holder}'s"
+                    );
+                    continue;
+                }
+                taken.insert(name.clone(), label);
+            }
+            tools.push(ToolSpec {
+                name,
+                server: config.name.clone(),
+                tool: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.input_schema.clone(),
+                policy,
+                read_only: t.read_only,
+            });
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut st = self.slots[i].state.lock();
+        st.tools = tools;
+        st.listed = raw;
+    }
+
+    /// Starts server `i` (bounded by [`START_TIMEOUT`]) and lists its tools.
+    fn start(&self, i: usize) -> Result<(Server, Vec<ToolInfo>), McpError> {
+        let slot = &self.slots[i];
+        let deadline = Instant::now() + START_TIMEOUT;
+        let link: Arc<dyn Link> = match &slot.config.transport {
+            Transport::Stdio(how) => Arc::new(StdioLink::spawn(&slot.config.name, how)?),
+            Transport::Http { url, headers } => Arc::new(HttpLink::new(url, headers.clone())),
+        };
+        {
+            let mut st = slot.state.lock();
+            if matches!(st.phase, Phase::Stopped) {
+                drop(st);
+                link.close();
+                return Err(McpError::Closed("brain is shutting down".into()));
+            }
+            let old = st.link.replace(Arc::clone(&link));
+            // Closing may wait for the old process: not under the lock.
+            drop(st);
+            drop(old);
+        }
+        let server = Server::initialize(Box::new(link), deadline)?;
+        let tools = server.list_tools(deadline)?;
+        Ok((server, tools))
+    }
+
+    /// Watches a running or failed server until it must start again (`true`) or brain
+    /// stops (`false`).
+    fn watch(&self, i: usize) -> bool {
+        let slot = &self.slots[i];
+        let mut st = slot.state.lock();
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            let now = Instant::now();
+            match &st.phase {
+                Phase::Stopped => return false,
+                Phase::Starting => return true,
+                Phase::Up(server) => {
+                    if let Some(why) = server.broken() {
+                        st.failures += 1;
+                        let wait = backoff(st.failures);
+                        log::warn!(
+                            "MCP server {} stopped ({why}); starting it again within {wait:?}",
+                            slot.config.name
+                        );
+                        st.retry_at = Some(now + wait);
+                        let old = std::mem::replace(&mut st.phase, Phase::Failed(why));
+                        MutexGuard::unlocked(&mut st, || drop(old));
+                        slot.wake.notify_all();
+                        continue;
+                    }
+                    if server.take_tools_changed() {
+                        let server = Arc::clone(server);
+                        MutexGuard::unlocked(&mut st, || {
+                            match server.list_tools(Instant::now() + START_TIMEOUT) {
+                                Ok(listed) => {
+                                    log::info!(
+                                        "MCP server {}: its tools changed ({} now)",
+                                        slot.config.name,
+                                        listed.len()
+                                    );
+                                    self.accept(i, &listed);
+                                }
+                                Err(e) => log::warn!(
+                                    "MCP server {}: cannot list its changed tools: {e}",
+                                    slot.config.name
+                                ),
+                            }
+                        });
+                        continue;
+                    }
+                }
+                Phase::Failed(_) => {
+                    if st.restart_now || st.retry_at.is_none_or(|at| now >= at) {
+                        st.restart_now = false;
+                        st.phase = Phase::Starting;
+                        return true;
+                    }
+                }
+            }
+            slot.wake.wait_for(&mut st, WATCH_POLL);
+        }
+    }
+}
+
+/// A server's supervisor: start, watch, start again, until brain stops.
+fn supervise(inner: &Inner, i: usize) {
+    let slot = &inner.slots[i];
+    loop {
+        if inner.stopping() {
+            return;
+        }
+        let outcome = inner.start(i);
+        if let Ok((_, listed)) = &outcome {
+            inner.accept(i, listed);
+        }
+        let mut st = slot.state.lock();
+        if matches!(st.phase, Phase::Stopped) {
+            // Shutdown came while it started: it closes with `outcome`.
+            return;
+        }
+        st.starts += 1;
+        let mut closing = None;
+        match outcome {
+            Ok((server, listed)) => {
+                log::info!(
+                    "MCP server {} is up ({} tools, protocol {})",
+                    slot.config.name,
+                    listed.len(),
+                    server.protocol_version
+                );
+                st.phase = Phase::Up(Arc::new(server));
+                st.retry_at = None;
+            }
+            Err(e) => {
+                st.failures += 1;
+                let wait = backoff(st.failures);
+                log::warn!(
+                    "MCP server {} cannot start: {e}; next try in {wait:?}",
+                    slot.config.name
+                );
+                st.phase = Phase::Failed(e.to_string());
+                st.retry_at = Some(Instant::now() + wait);
+                closing = st.link.take();
+            }
+        }
+        drop(st);
+        drop(closing);
+        slot.wake.notify_all();
+        if !inner.watch(i) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_first_wait_up_to_the_longest() {
+        assert_eq!(backoff(1), RETRY_FIRST);
+        assert_eq!(backoff(2), RETRY_FIRST * 2);
+        assert_eq!(backoff(3), RETRY_FIRST * 4);
+        assert_eq!(backoff(40), RETRY_MAX);
+        assert_eq!(backoff(u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn seconds_read_naturally() {
+        assert_eq!(seconds(Duration::from_secs(60)), "60 s");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
+    }
+
+    #[test]
+    fn modes_decide_what_is_offered() {
+        assert_eq!(Mode::Auto.enables(false), (false, false));
+        assert_eq!(Mode::Auto.enables(true), (true, true));
+        assert_eq!(Mode::On.enables(false), (true, false));
+        assert_eq!(Mode::Off.enables(true), (false, false));
+        let off = Tools::off();
+        assert!(off.offered().is_empty());
+        assert_eq!(off.status().health, Health::Off);
+        let on = Tools::start(ToolsSetup {
+            mode: Mode::On,
+            config: None,
+            tool_timeout: Duration::from_secs(1),
+            store: None,
+        })
+        .unwrap();
+        let names: Vec<String> = on.offered().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["search_history"]);
+        assert_eq!(on.status().health, Health::Ok);
+        let bad = on.call(
+            "search_history",
+            &serde_json::json!([1]),
+            Instant::now(),
+            &AtomicBool::new(false),
+        );
+        assert_eq!(bad.status, ToolStatus::Error);
+        let unknown = on.call(
+            "nope",
+            &serde_json::json!({}),
+            Instant::now(),
+            &AtomicBool::new(false),
+        );
+        assert!(
+            unknown.text.contains("no tool named \"nope\""),
+            "{unknown:?}"
+        );
+    }
+}
