@@ -21,5 +21,6 @@ mod server;
 mod store;
 mod support;
 mod terminal;
+mod tools_registry;
 mod transcript;
 mod weak_model;
