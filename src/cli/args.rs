@@ -212,6 +212,9 @@ pub struct ChatArgs {
     /// Settings for the in-process engine (used only when no server holds the database)
     #[command(flatten)]
     pub provider: ProviderArgs,
+    /// Tools for the in-process engine (used only when no server holds the database)
+    #[command(flatten)]
+    pub tools: ToolsArgs,
 }
 
 /// An `http://` or `https://` URL with a host, or what the user probably meant.
@@ -493,6 +496,42 @@ mod tests {
         assert!(parse_args(["brain"]).unwrap().command.is_none());
         let e = parse_args(["brain", "--listen", "127.0.0.1:1", "migrate"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn tool_flags_have_the_specs_defaults_and_refuse_bad_values() {
+        let Some(Command::Serve(args)) = parse_args(["brain", "serve"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(args.tools.mode, ToolsArg::Auto);
+        assert_eq!(args.tools.mcp_config, None);
+        assert_eq!(args.tools.tool_timeout, 60);
+        assert_eq!(args.max_tool_steps, 10);
+        assert_eq!(args.max_tool_result_bytes, 65_536);
+        assert_eq!(args.permission_timeout, 300);
+        let cli = parse_args(["brain", "--tools", "off", "--mcp-config", "m.json"]).unwrap();
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.tools.mode, ToolsArg::Off);
+        assert_eq!(args.tools.mcp_config, Some(PathBuf::from("m.json")));
+        for bad in [
+            ["--tools", "maybe"],
+            ["--tool-timeout", "0"],
+            ["--max-tool-steps", "0"],
+            ["--max-tool-result-bytes", "10"],
+            ["--permission-timeout", "-1"],
+        ] {
+            assert!(
+                parse_args(["brain", "serve", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
+        let cli = parse_args(["brain", "tools", "call", "x__y", "{}", "--tools", "on"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Tools(ToolsCommand::Call { .. }))
+        ));
     }
 
     #[test]

@@ -29,6 +29,7 @@ impl ToolsArgs {
             config,
             tool_timeout: Duration::from_secs(self.tool_timeout),
             store,
+            start_wait: crate::tools::registry::START_WAIT,
         })
         .map_err(|e| CliError::Tools(format!("cannot start the tools: {e}")))
     }

@@ -1,11 +1,11 @@
 //! [`Tools`]: every tool brain can offer, and the MCP servers behind them, supervised.
 //!
-//! Each configured server has a supervisor thread: it starts the server (bounded by
-//! [`START_TIMEOUT`]), lists its tools, then watches it: a `tools/list_changed` lists them
+//! Each configured server has a supervisor thread: it starts the server (one try bounded
+//! by [`START_TIMEOUT`]), lists its tools, then watches it: a `tools/list_changed` lists them
 //! again; a server that dies or fails to start is started again after a backoff
 //! ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]), or at once when a call needs it.
-//! [`Tools::start`] waits for the first starts only as long as one start may take, so a
-//! slow server never holds up `serve` beyond that; it keeps starting in the background.
+//! [`Tools::start`] waits for the first starts at most [`START_WAIT`], so a slow server
+//! never holds up `serve` beyond that; it keeps starting in the background (`starting`).
 //!
 //! Offered names must be unique: at startup two tools with one name stop startup with a
 //! message naming both; a server that lists a colliding tool later (a late start, a
@@ -30,8 +30,13 @@ use super::{
 };
 use crate::session::Store;
 
-/// How long one server's start (spawn, `initialize`, `tools/list`) may take.
-pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `serve` waits for its servers to start (SPEC §13: each bounded by 10 s).
+pub const START_WAIT: Duration = Duration::from_secs(10);
+/// How long one try to start a server (spawn, `initialize`, `tools/list`) may take in the
+/// background before it counts as failed (`npx` may download the server first).
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a changed tool list may take to arrive.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The first wait before a failed server is started again; it doubles per failure.
 pub const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between two starts of a failing server.
@@ -48,6 +53,8 @@ pub struct ToolsSetup {
     pub tool_timeout: Duration,
     /// The history `search_history` searches.
     pub store: Option<Arc<Store>>,
+    /// How long [`Tools::start`] waits for the servers ([`START_WAIT`]).
+    pub start_wait: Duration,
 }
 
 /// Why tools could not start.
@@ -139,8 +146,9 @@ impl Tools {
         }
     }
 
-    /// Starts every configured server in parallel and waits for them, each at most
-    /// [`START_TIMEOUT`]; refuses when two tools would be offered under one name.
+    /// Starts every configured server in parallel and waits for them at most
+    /// `start_wait`; refuses when two of the tools listed by then would be offered under
+    /// one name.
     pub fn start(setup: ToolsSetup) -> Result<Tools, ToolsError> {
         let (builtin, servers) = setup.mode.enables(setup.config.is_some());
         let configs = match setup.config {
@@ -172,8 +180,7 @@ impl Tools {
             }
         }
         let tools = Tools { inner };
-        // One start's bound, plus a moment for its thread to report.
-        let until = Instant::now() + START_TIMEOUT + Duration::from_secs(1);
+        let until = Instant::now() + setup.start_wait;
         for slot in &tools.inner.slots {
             let mut st = slot.state.lock();
             while matches!(st.phase, Phase::Starting) && st.starts == 0 {
@@ -580,7 +587,7 @@ impl Inner {
                     if server.take_tools_changed() {
                         let server = Arc::clone(server);
                         MutexGuard::unlocked(&mut st, || {
-                            match server.list_tools(Instant::now() + START_TIMEOUT) {
+                            match server.list_tools(Instant::now() + LIST_TIMEOUT) {
                                 Ok(listed) => {
                                     log::info!(
                                         "MCP server {}: its tools changed ({} now)",
@@ -694,6 +701,7 @@ mod tests {
             config: None,
             tool_timeout: Duration::from_secs(1),
             store: None,
+            start_wait: START_WAIT,
         })
         .unwrap();
         let names: Vec<String> = on.offered().into_iter().map(|t| t.name).collect();

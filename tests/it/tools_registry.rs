@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use brain::tools::config::parse;
+use brain::tools::registry::START_WAIT;
 use brain::tools::{Health, Mode, Policy, ServerState, ToolStatus, Tools, ToolsSetup};
 use serde_json::{Value, json};
 
@@ -60,6 +61,7 @@ fn try_start(servers: Value) -> Result<Tools, brain::tools::ToolsError> {
         config: Some(config),
         tool_timeout: DEADLINE,
         store: None,
+        start_wait: START_WAIT,
     })
 }
 
@@ -474,6 +476,7 @@ fn search_history_finds_earlier_chats() {
         config: None,
         tool_timeout: DEADLINE,
         store: Some(Arc::clone(&store)),
+        start_wait: START_WAIT,
     })
     .unwrap();
     let hit = tools.call(
@@ -504,4 +507,65 @@ fn search_history_finds_earlier_chats() {
     );
     assert_eq!(bad.status, ToolStatus::Error);
     assert!(bad.text.contains("`limit`"), "{bad:?}");
+}
+
+#[test]
+fn a_bad_configuration_stops_startup_naming_the_server_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TempDb::new();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"mcpServers": {"fs": {"command": "x", "url": "http://h"}}}"#,
+    )
+    .unwrap();
+    for (config, want) in [
+        (bad, "server \"fs\": has both `command` and `url`"),
+        (dir.path().join("missing.json"), "missing.json"),
+    ] {
+        let out = serve_command(&db, NO_PROVIDER)
+            .arg("--mcp-config")
+            .arg(&config)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+#[test]
+fn a_slow_server_keeps_starting_in_the_background_and_a_late_collision_drops_its_tool() {
+    let mut slow = stand_in("echo,only_slow", None);
+    slow["env"]["STAND_IN_DELAY_S"] = json!("2");
+    let config =
+        parse(&json!({"mcpServers": {"x.y": stand_in("echo", None), "x_y": slow}}).to_string())
+            .unwrap();
+    let started = Instant::now();
+    let tools = Tools::start(ToolsSetup {
+        mode: Mode::Auto,
+        config: Some(config),
+        tool_timeout: DEADLINE,
+        store: None,
+        start_wait: Duration::from_millis(500),
+    })
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let status = tools.status();
+    assert_eq!(status.servers[0].status, ServerState::Ok);
+    assert_eq!(status.servers[1].status, ServerState::Starting);
+    assert_eq!(status.health, Health::Ok);
+    assert!(tools.find("x_y__only_slow").is_none());
+    wait_for("the slow server", || tools.find("x_y__only_slow").is_some());
+    assert_eq!(tools.status().servers[1].status, ServerState::Ok);
+    // Its `echo` would be offered as x_y__echo, which x.y's already is: x.y keeps it.
+    assert_eq!(tools.find("x_y__echo").unwrap().server, "x.y");
+    let echo = tools.call("x_y__echo", &json!({}), soon(), &never());
+    assert_eq!(echo.text, "echo {}");
 }

@@ -2,10 +2,12 @@
 cannot be asked for. Its tools are named by STAND_IN_TOOLS (comma-separated; default
 echo,crash); it appends its pid to STAND_IN_PIDFILE when set. `crash` exits mid-call;
 `add_tool` {"name"} lists one more tool and says so (notifications/tools/list_changed);
-every other tool answers its name and arguments."""
+every other tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to
+`initialize` (a slow start)."""
 import json
 import os
 import sys
+import time
 
 tools = [t for t in os.environ.get("STAND_IN_TOOLS", "echo,crash").split(",") if t]
 pidfile = os.environ.get("STAND_IN_PIDFILE")
@@ -29,6 +31,7 @@ for line in sys.stdin:
         continue
     i, method, params = m["id"], m["method"], m.get("params") or {}
     if method == "initialize":
+        time.sleep(float(os.environ.get("STAND_IN_DELAY_S", "0")))
         answer(i, {"protocolVersion": params["protocolVersion"],
                    "capabilities": {"tools": {"listChanged": True}},
                    "serverInfo": {"name": "stand-in", "version": "1"}})
