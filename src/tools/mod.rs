@@ -4,13 +4,15 @@
 //! - [`config`]: `--mcp-config`, the file other MCP clients use (pure).
 //! - [`names`]: offered names (`NAME__tool`), collisions and policy (pure).
 //! - [`builtin`]: `search_history`, brain's own search as a tool.
-//! - [`registry`]: [`Tools`], the servers started, supervised and called.
+//! - [`registry`]: [`Tools`], what is offered and called; `supervisor` keeps each
+//!   server running.
 
 pub mod builtin;
 pub mod config;
 pub mod mcp;
 pub mod names;
 pub mod registry;
+mod supervisor;
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! [`Tools`]: every tool brain can offer, and the MCP servers behind them, supervised.
 //!
-//! Each configured server has a supervisor thread: it starts the server (one try bounded
-//! by [`START_TIMEOUT`]), lists its tools, then watches it: a `tools/list_changed` lists them
+//! Each configured server has a supervisor thread (`supervisor`): it starts the server
+//! (one try bounded by `START_TIMEOUT`), lists its tools, then watches it: a `tools/list_changed` lists them
 //! again; a server that dies or fails to start is started again after a backoff
-//! ([`RETRY_FIRST`] doubling up to [`RETRY_MAX`]), or at once when a call needs it.
+//! (`RETRY_FIRST` doubling up to `RETRY_MAX`), or at once when a call needs it.
 //! [`Tools::start`] waits for the first starts at most [`START_WAIT`], so a slow server
 //! never holds up `serve` beyond that; it keeps starting in the background (`starting`).
 //!
@@ -11,19 +11,17 @@
 //! message naming both; a server that lists a colliding tool later (a late start, a
 //! changed list) has that tool dropped, with a warning, never a crash.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::config::{McpConfig, ServerConfig, Transport};
-use super::mcp::http::HttpLink;
-use super::mcp::stdio::StdioLink;
-use super::mcp::{Link, McpError, Server, ToolInfo};
+use super::config::McpConfig;
+use super::mcp::{Link, McpError};
 use super::names::{self, Collision};
+use super::supervisor::{Phase, Ready, Slot, cancelled, supervise};
 use super::{
     BUILTIN_SERVER, Health, Mode, Policy, ServerState, ServerStatus, ToolOutcome, ToolSpec,
     ToolStatus, ToolsStatus, builtin,
@@ -32,17 +30,6 @@ use crate::session::Store;
 
 /// How long `serve` waits for its servers to start (SPEC §13: each bounded by 10 s).
 pub const START_WAIT: Duration = Duration::from_secs(10);
-/// How long one try to start a server (spawn, `initialize`, `tools/list`) may take in the
-/// background before it counts as failed (`npx` may download the server first).
-pub const START_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a changed tool list may take to arrive.
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The first wait before a failed server is started again; it doubles per failure.
-pub const RETRY_FIRST: Duration = Duration::from_secs(1);
-/// The longest wait between two starts of a failing server.
-pub const RETRY_MAX: Duration = Duration::from_secs(60);
-/// How often a supervisor looks at its server (died? tools changed?).
-const WATCH_POLL: Duration = Duration::from_millis(200);
 
 /// What [`Tools::start`] needs.
 pub struct ToolsSetup {
@@ -70,54 +57,17 @@ pub struct Tools {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     /// Offered at all (`--tools`, and a configuration for `auto`).
-    enabled: bool,
-    builtins: Vec<ToolSpec>,
-    store: Option<Arc<Store>>,
-    slots: Vec<Slot>,
-    tool_timeout: Duration,
-    stopping: AtomicBool,
+    pub(super) enabled: bool,
+    pub(super) builtins: Vec<ToolSpec>,
+    pub(super) store: Option<Arc<Store>>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) tool_timeout: Duration,
+    pub(super) stopping: AtomicBool,
     /// Held while a server's list is accepted, so two lists are checked against each
     /// other one at a time.
-    catalog: Mutex<()>,
-}
-
-struct Slot {
-    config: ServerConfig,
-    state: Mutex<State>,
-    /// Signalled on every change of `state`, and to wake the supervisor.
-    wake: Condvar,
-}
-
-struct State {
-    phase: Phase,
-    /// Its tools as last listed and accepted, sorted by offered name.
-    tools: Vec<ToolSpec>,
-    /// `(offered name, server/tool)` of every tool it listed that is not denied, dropped
-    /// ones included: what startup checks for collisions.
-    listed: Vec<(String, String)>,
-    /// The current process or connection, to close it even while it starts.
-    link: Option<Arc<dyn Link>>,
-    failures: u32,
-    retry_at: Option<Instant>,
-    /// A call wants it started now, whatever the backoff.
-    restart_now: bool,
-    /// Starts finished (either way), so a waiting call knows one was tried.
-    starts: u64,
-}
-
-enum Phase {
-    Starting,
-    Up(Arc<Server>),
-    Failed(String),
-    Stopped,
-}
-
-/// The wait before start number `failures + 1`.
-fn backoff(failures: u32) -> Duration {
-    let doubled = RETRY_FIRST.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    doubled.min(RETRY_MAX)
+    pub(super) catalog: Mutex<()>,
 }
 
 /// `12 s`, `1.5 s`.
@@ -398,288 +348,9 @@ impl std::fmt::Debug for Tools {
     }
 }
 
-fn cancelled() -> ToolOutcome {
-    ToolOutcome {
-        status: ToolStatus::Cancelled,
-        text: "the call was cancelled".into(),
-    }
-}
-
-enum Ready {
-    Up(Arc<Server>),
-    TimedOut,
-    Gave(ToolOutcome),
-}
-
-impl Slot {
-    fn new(config: ServerConfig) -> Slot {
-        Slot {
-            config,
-            state: Mutex::new(State {
-                phase: Phase::Starting,
-                tools: Vec::new(),
-                listed: Vec::new(),
-                link: None,
-                failures: 0,
-                retry_at: None,
-                restart_now: false,
-                starts: 0,
-            }),
-            wake: Condvar::new(),
-        }
-    }
-
-    /// The server once it is up: a dead or failed one is started now (once; a second
-    /// failure is the answer).
-    fn ready(&self, deadline: Instant, cancel: &AtomicBool) -> Ready {
-        let mut st = self.state.lock();
-        let mut asked: Option<u64> = None;
-        loop {
-            match &st.phase {
-                Phase::Up(s) if s.broken().is_none() => return Ready::Up(Arc::clone(s)),
-                Phase::Stopped => {
-                    return Ready::Gave(ToolOutcome::error("brain is shutting down"));
-                }
-                Phase::Failed(why) => {
-                    if asked.is_some_and(|n| st.starts > n) {
-                        return Ready::Gave(ToolOutcome::error(format!(
-                            "the MCP server {} is not running: {why}",
-                            self.config.name
-                        )));
-                    }
-                    asked.get_or_insert(st.starts);
-                    st.restart_now = true;
-                    self.wake.notify_all();
-                }
-                Phase::Up(_) | Phase::Starting => {
-                    asked.get_or_insert(st.starts);
-                }
-            }
-            if cancel.load(Ordering::Relaxed) {
-                return Ready::Gave(cancelled());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ready::TimedOut;
-            }
-            self.wake.wait_for(&mut st, WATCH_POLL.min(deadline - now));
-        }
-    }
-}
-
-impl Inner {
-    fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-
-    /// Takes a server's new list: names, policies, and any tool whose name another
-    /// already holds dropped with a warning (the tools it had before keep theirs).
-    fn accept(&self, i: usize, listed: &[ToolInfo]) {
-        let _catalog = self.catalog.lock();
-        let config = &self.slots[i].config;
-        let mut taken: HashMap<String, String> = self
-            .builtins
-            .iter()
-            .map(|b| (b.name.clone(), names::label(BUILTIN_SERVER, &b.tool)))
-            .collect();
-        for (j, other) in self.slots.iter().enumerate() {
-            if j != i {
-                for t in other.state.lock().tools.iter() {
-                    if t.policy != Policy::Deny {
-                        taken.insert(t.name.clone(), names::label(&t.server, &t.tool));
-                    }
-                }
-            }
-        }
-        let before: HashSet<String> = self.slots[i]
-            .state
-            .lock()
-            .tools
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
-        let mut ordered: Vec<&ToolInfo> = listed.iter().collect();
-        ordered.sort_by_key(|t| !before.contains(&names::offered(&config.name, &t.name)));
-        let mut tools = Vec::new();
-        let mut raw = Vec::new();
-        for t in ordered {
-            let name = names::offered(&config.name, &t.name);
-            let label = names::label(&config.name, &t.name);
-            let policy = names::policy(config, &t.name, t.read_only);
-            if policy != Policy::Deny {
-                raw.push((name.clone(), label.clone()));
-                if let Some(holder) = taken.get(&name) {
-                    log::warn!(
-                        "MCP tool {label} is not offered: its name {name:?} is already {holder}'s"
-                    );
-                    continue;
-                }
-                taken.insert(name.clone(), label);
-            }
-            tools.push(ToolSpec {
-                name,
-                server: config.name.clone(),
-                tool: t.name.clone(),
-                description: t.description.clone(),
-                parameters: t.input_schema.clone(),
-                policy,
-                read_only: t.read_only,
-            });
-        }
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut st = self.slots[i].state.lock();
-        st.tools = tools;
-        st.listed = raw;
-    }
-
-    /// Starts server `i` (bounded by [`START_TIMEOUT`]) and lists its tools.
-    fn start(&self, i: usize) -> Result<(Server, Vec<ToolInfo>), McpError> {
-        let slot = &self.slots[i];
-        let deadline = Instant::now() + START_TIMEOUT;
-        let link: Arc<dyn Link> = match &slot.config.transport {
-            Transport::Stdio(how) => Arc::new(StdioLink::spawn(&slot.config.name, how)?),
-            Transport::Http { url, headers } => Arc::new(HttpLink::new(url, headers.clone())),
-        };
-        {
-            let mut st = slot.state.lock();
-            if matches!(st.phase, Phase::Stopped) {
-                drop(st);
-                link.close();
-                return Err(McpError::Closed("brain is shutting down".into()));
-            }
-            let old = st.link.replace(Arc::clone(&link));
-            // Closing may wait for the old process: not under the lock.
-            drop(st);
-            drop(old);
-        }
-        let server = Server::initialize(Box::new(link), deadline)?;
-        let tools = server.list_tools(deadline)?;
-        Ok((server, tools))
-    }
-
-    /// Watches a running or failed server until it must start again (`true`) or brain
-    /// stops (`false`).
-    fn watch(&self, i: usize) -> bool {
-        let slot = &self.slots[i];
-        let mut st = slot.state.lock();
-        loop {
-            if self.stopping() {
-                return false;
-            }
-            let now = Instant::now();
-            match &st.phase {
-                Phase::Stopped => return false,
-                Phase::Starting => return true,
-                Phase::Up(server) => {
-                    if let Some(why) = server.broken() {
-                        st.failures += 1;
-                        let wait = backoff(st.failures);
-                        log::warn!(
-                            "MCP server {} stopped ({why}); starting it again within {wait:?}",
-                            slot.config.name
-                        );
-                        st.retry_at = Some(now + wait);
-                        let old = std::mem::replace(&mut st.phase, Phase::Failed(why));
-                        MutexGuard::unlocked(&mut st, || drop(old));
-                        slot.wake.notify_all();
-                        continue;
-                    }
-                    if server.take_tools_changed() {
-                        let server = Arc::clone(server);
-                        MutexGuard::unlocked(&mut st, || {
-                            match server.list_tools(Instant::now() + LIST_TIMEOUT) {
-                                Ok(listed) => {
-                                    log::info!(
-                                        "MCP server {}: its tools changed ({} now)",
-                                        slot.config.name,
-                                        listed.len()
-                                    );
-                                    self.accept(i, &listed);
-                                }
-                                Err(e) => log::warn!(
-                                    "MCP server {}: cannot list its changed tools: {e}",
-                                    slot.config.name
-                                ),
-                            }
-                        });
-                        continue;
-                    }
-                }
-                Phase::Failed(_) => {
-                    if st.restart_now || st.retry_at.is_none_or(|at| now >= at) {
-                        st.restart_now = false;
-                        st.phase = Phase::Starting;
-                        return true;
-                    }
-                }
-            }
-            slot.wake.wait_for(&mut st, WATCH_POLL);
-        }
-    }
-}
-
-/// A server's supervisor: start, watch, start again, until brain stops.
-fn supervise(inner: &Inner, i: usize) {
-    let slot = &inner.slots[i];
-    loop {
-        if inner.stopping() {
-            return;
-        }
-        let outcome = inner.start(i);
-        if let Ok((_, listed)) = &outcome {
-            inner.accept(i, listed);
-        }
-        let mut st = slot.state.lock();
-        if matches!(st.phase, Phase::Stopped) {
-            // Shutdown came while it started: it closes with `outcome`.
-            return;
-        }
-        st.starts += 1;
-        let mut closing = None;
-        match outcome {
-            Ok((server, listed)) => {
-                log::info!(
-                    "MCP server {} is up ({} tools, protocol {})",
-                    slot.config.name,
-                    listed.len(),
-                    server.protocol_version
-                );
-                st.phase = Phase::Up(Arc::new(server));
-                st.retry_at = None;
-            }
-            Err(e) => {
-                st.failures += 1;
-                let wait = backoff(st.failures);
-                log::warn!(
-                    "MCP server {} cannot start: {e}; next try in {wait:?}",
-                    slot.config.name
-                );
-                st.phase = Phase::Failed(e.to_string());
-                st.retry_at = Some(Instant::now() + wait);
-                closing = st.link.take();
-            }
-        }
-        drop(st);
-        drop(closing);
-        slot.wake.notify_all();
-        if !inner.watch(i) {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_from_the_first_wait_up_to_the_longest() {
-        assert_eq!(backoff(1), RETRY_FIRST);
-        assert_eq!(backoff(2), RETRY_FIRST * 2);
-        assert_eq!(backoff(3), RETRY_FIRST * 4);
-        assert_eq!(backoff(40), RETRY_MAX);
-        assert_eq!(backoff(u32::MAX), RETRY_MAX);
-    }
 
     #[test]
     fn seconds_read_naturally() {
