@@ -63,6 +63,10 @@ fn route(api: &Api, req: &Request) -> Result<Reply, ApiError> {
         ("POST", ["v1", "sessions"]) => answer(create(api, req)),
         ("GET", ["v1", "search"]) => answer(search(api, params)),
         ("GET", ["v1", "usage"]) => answer(usage(api, params)),
+        ("GET", ["v1", "tools"]) => answer(Ok(http::json(
+            200,
+            &views::tools(&api.engine.tools().status()),
+        ))),
         (m, ["v1", "sessions", id, rest @ ..]) => session_route(api, req, m, id, rest, params),
         ("GET", [] | ["sessions", _]) => answer(Ok(http::asset(
             assets::INDEX_HTML,
@@ -77,11 +81,13 @@ fn route(api: &Api, req: &Request) -> Result<Reply, ApiError> {
             Some((body, kind)) => answer(Ok(http::asset(body, kind))),
             None => Err(ApiError::not_found("no such file")),
         },
-        (_, ["health"] | ["v1", "models" | "sessions" | "search" | "usage"]) => Err(ApiError::new(
-            405,
-            "method_not_allowed",
-            format!("{method} is not allowed on {path}"),
-        )),
+        (_, ["health"] | ["v1", "models" | "sessions" | "search" | "usage" | "tools"]) => {
+            Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}"),
+            ))
+        }
         _ => Err(ApiError::not_found(format!("no route {path}"))),
     }
 }
@@ -177,7 +183,8 @@ fn health(api: &Api) -> Answer {
         .engine
         .provider()
         .reachable(crate::config::HEALTH_PROBE_WAIT);
-    let status = if db.is_ok() && provider {
+    let tools = api.engine.tools().status().health;
+    let status = if db.is_ok() && provider && tools != crate::tools::Health::Degraded {
         "ok"
     } else {
         "degraded"
@@ -189,8 +196,7 @@ fn health(api: &Api) -> Answer {
             "version": env!("CARGO_PKG_VERSION"),
             "db": if db.is_ok() { "ok" } else { "error" },
             "provider": if provider { "ok" } else { "unreachable" },
-            // No tools exist yet (SPEC §13).
-            "tools": "off",
+            "tools": tools,
         }),
     )
 }

@@ -41,3 +41,18 @@ pub fn hit(h: &SearchHit) -> Value {
         "created_at": h.created_at,
     })
 }
+
+/// `GET /v1/tools`: every tool (denied ones with their policy) and each server's state.
+pub fn tools(status: &crate::tools::ToolsStatus) -> Value {
+    let tools: Vec<Value> = status
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name, "server": t.server, "description": t.description,
+                "policy": t.policy, "read_only": t.read_only,
+            })
+        })
+        .collect();
+    json!({"tools": tools, "servers": status.servers})
+}

@@ -22,6 +22,7 @@ use crate::session::compactor::run::COMPACTION_TIMEOUT;
 use crate::session::events::{Decoded, Payload, UserMessage, kind};
 use crate::session::{SessionId, Store, StoreError};
 use crate::tokens::Estimator;
+use crate::tools::Tools;
 
 /// How often new text is checkpointed while an attempt streams (I5: a crash loses at most
 /// this much).
@@ -62,6 +63,8 @@ pub struct EngineSettings {
     pub max_active_attempts: usize,
     /// Post-turn jobs running at once; past it a job is skipped (logged).
     pub max_background_jobs: usize,
+    /// The tool loop's limits (SPEC §13).
+    pub tool_limits: crate::tools::ToolLimits,
     /// A fault to inject, for the tests of the engine's guards; always `None` in use.
     #[doc(hidden)]
     pub fault: Option<Fault>,
@@ -94,6 +97,7 @@ impl Default for EngineSettings {
             compaction_timeout: COMPACTION_TIMEOUT,
             max_active_attempts: MAX_ACTIVE_ATTEMPTS,
             max_background_jobs: MAX_BACKGROUND_JOBS,
+            tool_limits: crate::tools::ToolLimits::default(),
             fault: None,
         }
     }
@@ -138,6 +142,8 @@ pub(super) struct Inner {
     pub compactor: Compactor,
     pub estimator: Arc<Estimator>,
     pub settings: EngineSettings,
+    /// The tools a turn may offer; `Tools::off()` when none are configured.
+    pub tools: Arc<Tools>,
     turns: Mutex<HashMap<SessionId, Arc<ActiveTurn>>>,
     accepting: AtomicBool,
     workers: Mutex<Vec<JoinHandle<()>>>,
@@ -160,6 +166,16 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Engine {
     pub fn new(store: Arc<Store>, provider: Arc<Provider>, settings: EngineSettings) -> Engine {
+        Engine::with_tools(store, provider, settings, Arc::new(Tools::off()))
+    }
+
+    /// An engine whose turns may use `tools`.
+    pub fn with_tools(
+        store: Arc<Store>,
+        provider: Arc<Provider>,
+        settings: EngineSettings,
+        tools: Arc<Tools>,
+    ) -> Engine {
         let estimator = Arc::new(Estimator::new());
         Engine {
             inner: Arc::new(Inner {
@@ -168,6 +184,7 @@ impl Engine {
                 provider,
                 estimator,
                 settings,
+                tools,
                 turns: Mutex::new(HashMap::new()),
                 accepting: AtomicBool::new(true),
                 workers: Mutex::new(Vec::new()),
@@ -180,6 +197,10 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.inner.store
+    }
+
+    pub fn tools(&self) -> &Arc<Tools> {
+        &self.inner.tools
     }
 
     /// Sends a user message and starts its first attempt.

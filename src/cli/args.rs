@@ -100,6 +100,38 @@ fn parse_compact_at(s: &str) -> Result<f64, String> {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolsArg {
+    Auto,
+    On,
+    Off,
+}
+
+impl From<ToolsArg> for crate::tools::Mode {
+    fn from(t: ToolsArg) -> crate::tools::Mode {
+        match t {
+            ToolsArg::Auto => crate::tools::Mode::Auto,
+            ToolsArg::On => crate::tools::Mode::On,
+            ToolsArg::Off => crate::tools::Mode::Off,
+        }
+    }
+}
+
+/// Which tools a model is offered, and the MCP servers behind them (SPEC §13).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ToolsArgs {
+    /// Offer tools: `auto` once --mcp-config is given (the built-in search_history with
+    /// them), `on` the built-in even without, `off` none (and no server started)
+    #[arg(long = "tools", env = "BRAIN_TOOLS", value_enum, default_value_t = ToolsArg::Auto)]
+    pub mode: ToolsArg,
+    /// MCP servers, in the `{"mcpServers": {...}}` file other MCP clients use
+    #[arg(long, env = "BRAIN_MCP_CONFIG", value_name = "PATH")]
+    pub mcp_config: Option<PathBuf>,
+    /// Seconds a tool call may take when its server sets no `timeout_s`
+    #[arg(long, env = "BRAIN_TOOL_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub tool_timeout: u64,
+}
+
 /// `brain serve`'s settings (SPEC §10).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
@@ -151,6 +183,18 @@ pub struct ServeArgs {
     /// The most client connections open at once (past it, new ones are refused at once)
     #[arg(long, env = "BRAIN_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub max_connections: u64,
+    #[command(flatten)]
+    pub tools: ToolsArgs,
+    /// The most model steps (requests) one answer may take with tools; the last is sent
+    /// without them
+    #[arg(long, env = "BRAIN_MAX_TOOL_STEPS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_tool_steps: u32,
+    /// The most bytes of one tool result sent to the model (the rest cut, with a marker)
+    #[arg(long, env = "BRAIN_MAX_TOOL_RESULT_BYTES", default_value_t = 65_536, value_parser = clap::value_parser!(u64).range(1024..=16_777_216))]
+    pub max_tool_result_bytes: u64,
+    /// Seconds a tool call waits for the user's permission before it is cancelled
+    #[arg(long, env = "BRAIN_PERMISSION_TIMEOUT", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub permission_timeout: u64,
 }
 
 /// `brain chat`'s settings.
@@ -168,6 +212,9 @@ pub struct ChatArgs {
     /// Settings for the in-process engine (used only when no server holds the database)
     #[command(flatten)]
     pub provider: ProviderArgs,
+    /// Tools for the in-process engine (used only when no server holds the database)
+    #[command(flatten)]
+    pub tools: ToolsArgs,
 }
 
 /// An `http://` or `https://` URL with a host, or what the user probably meant.
@@ -222,6 +269,8 @@ fn parse_temperature(s: &str) -> Result<f32, String> {
     }
 }
 
+// Parsed once per process: the size of serve's settings costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the API (the default command: `brain --listen …` is `brain serve --listen …`)
@@ -234,6 +283,9 @@ pub enum Command {
     /// Chat in the terminal, through the server holding the database (or --url), or with
     /// the engine in-process when no server holds it
     Chat(ChatArgs),
+    /// The tools a model can use: list them, or run one call to check a configuration
+    #[command(subcommand)]
+    Tools(ToolsCommand),
     /// Write a consistent copy of the database to PATH (safe while a server runs)
     Backup {
         /// Where to write the copy (must not exist)
@@ -335,6 +387,28 @@ pub enum SessionsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Every tool, its server and policy, and each server's status
+    List {
+        #[command(flatten)]
+        tools: ToolsArgs,
+        /// JSON (as `GET /v1/tools` answers) instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one call and print its result (the exit code says whether it failed)
+    Call {
+        /// The tool's name as offered (`SERVER__tool`, or `search_history`)
+        name: String,
+        /// Its arguments, a JSON object
+        #[arg(default_value = "{}")]
+        arguments: String,
+        #[command(flatten)]
+        tools: ToolsArgs,
+    },
+}
+
 /// Parses `ServeArgs` alone (for `brain` with no command).
 #[derive(Parser)]
 pub(super) struct ServeOnly {
@@ -422,6 +496,42 @@ mod tests {
         assert!(parse_args(["brain"]).unwrap().command.is_none());
         let e = parse_args(["brain", "--listen", "127.0.0.1:1", "migrate"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn tool_flags_have_the_specs_defaults_and_refuse_bad_values() {
+        let Some(Command::Serve(args)) = parse_args(["brain", "serve"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(args.tools.mode, ToolsArg::Auto);
+        assert_eq!(args.tools.mcp_config, None);
+        assert_eq!(args.tools.tool_timeout, 60);
+        assert_eq!(args.max_tool_steps, 10);
+        assert_eq!(args.max_tool_result_bytes, 65_536);
+        assert_eq!(args.permission_timeout, 300);
+        let cli = parse_args(["brain", "--tools", "off", "--mcp-config", "m.json"]).unwrap();
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.tools.mode, ToolsArg::Off);
+        assert_eq!(args.tools.mcp_config, Some(PathBuf::from("m.json")));
+        for bad in [
+            ["--tools", "maybe"],
+            ["--tool-timeout", "0"],
+            ["--max-tool-steps", "0"],
+            ["--max-tool-result-bytes", "10"],
+            ["--permission-timeout", "-1"],
+        ] {
+            assert!(
+                parse_args(["brain", "serve", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
+        let cli = parse_args(["brain", "tools", "call", "x__y", "{}", "--tools", "on"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Tools(ToolsCommand::Call { .. }))
+        ));
     }
 
     #[test]

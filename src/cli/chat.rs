@@ -155,11 +155,24 @@ struct Local {
 }
 
 impl Local {
-    fn new(db: PathBuf, lock: DbLock, sync: SyncMode, p: &ProviderArgs) -> Result<Local, CliError> {
+    fn new(
+        db: PathBuf,
+        lock: DbLock,
+        sync: SyncMode,
+        p: &ProviderArgs,
+        tools: &super::ToolsArgs,
+    ) -> Result<Local, CliError> {
         let store = Arc::new(open_at(&db, sync)?);
         let cfg = p.provider_config();
-        let settings = p.engine_settings();
-        let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
+        let mut settings = p.engine_settings();
+        settings.tool_limits.tool_timeout = std::time::Duration::from_secs(tools.tool_timeout);
+        let tools = Arc::new(tools.start(Some(Arc::clone(&store)))?);
+        let engine = Engine::with_tools(
+            Arc::clone(&store),
+            Arc::new(Provider::new(cfg)),
+            settings,
+            tools,
+        );
         Ok(Local {
             engine,
             store,
@@ -231,7 +244,13 @@ fn backend(
     // Taking the lock is how we learn whether a server holds the database: whoever holds
     // it is alive (the kernel frees a dead process's lock), and a server wrote its URL.
     match DbLock::acquire(&db, "chat") {
-        Ok(lock) => Ok(Arc::new(Local::new(db, lock, sync, &args.provider)?)),
+        Ok(lock) => Ok(Arc::new(Local::new(
+            db,
+            lock,
+            sync,
+            &args.provider,
+            &args.tools,
+        )?)),
         Err(LockError::Held {
             holder: Holder { url: Some(url), .. },
             ..

@@ -10,6 +10,7 @@ pub mod lock;
 mod serve;
 mod sessions;
 pub mod term;
+mod tools;
 mod transfer;
 
 use std::io::Write;
@@ -47,6 +48,8 @@ pub enum CliError {
     Compaction(#[from] crate::session::compactor::CompactionError),
     #[error("{0}")]
     Serve(String),
+    #[error("{0}")]
+    Tools(String),
     #[error("line {0} of the import: {1} (nothing was imported)")]
     Import(usize, String),
     #[error("cannot write the output: {0}")]
@@ -97,6 +100,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Serve(args) => serve::run(cli.db, sync, args, out),
         Command::Migrate => migrate(cli.db, sync, out),
         Command::Chat(args) => chat::run(cli.db, sync, args, out),
+        Command::Tools(cmd) => tools::run(cli.db, sync, cmd, out),
         Command::Backup { path } => backup(cli.db, sync, &path, out),
         Command::Sessions(cmd) => {
             if !cmd.writes() {

@@ -20,6 +20,7 @@ const ATTEMPTS_DEADLINE: Duration = SHUTDOWN_DEADLINE.saturating_sub(Duration::f
 const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
 use crate::session::SyncMode;
+use crate::tools::ToolLimits;
 
 fn validate(args: &ServeArgs) -> Result<(), CliError> {
     if !args.listen.ip().is_loopback()
@@ -64,9 +65,22 @@ pub fn run(
         distill: args.distill == "on",
         titles: args.titles == "on",
         max_message_bytes: args.max_message_bytes as usize,
+        tool_limits: ToolLimits {
+            tool_timeout: Duration::from_secs(args.tools.tool_timeout),
+            max_tool_steps: args.max_tool_steps,
+            permission_timeout: Duration::from_secs(args.permission_timeout),
+            max_tool_result_bytes: args.max_tool_result_bytes as usize,
+        },
         ..p.engine_settings()
     };
-    let engine = Engine::new(Arc::clone(&store), Arc::new(Provider::new(cfg)), settings);
+    // Servers start in parallel, each within its bound; a name collision stops startup.
+    let tools = Arc::new(args.tools.start(Some(Arc::clone(&store)))?);
+    let engine = Engine::with_tools(
+        Arc::clone(&store),
+        Arc::new(Provider::new(cfg)),
+        settings,
+        Arc::clone(&tools),
+    );
     let config = ApiConfig {
         listen: args.listen,
         token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
@@ -110,6 +124,8 @@ pub fn run(
         report.skipped_background
     );
     running.close(STREAMS_GRACE);
+    // The tool servers end with brain.
+    tools.shutdown();
     drop(lock);
     Ok(())
 }

@@ -28,7 +28,7 @@ fn root() -> &'static Path {
 }
 
 /// A reference server's entry point from tests/mcp/node_modules, or a visible skip.
-fn npm_server(test: &str, package: &str) -> Option<PathBuf> {
+pub fn npm_server(test: &str, package: &str) -> Option<PathBuf> {
     let entry = root()
         .join("tests/mcp/node_modules/@modelcontextprotocol")
         .join(package)

@@ -70,6 +70,35 @@ pub trait Link: Send + Sync {
     fn close(&self);
 }
 
+/// A shared link: its owner keeps one handle to close it (a server still starting, at
+/// shutdown) while [`Server`] holds the other.
+impl<L: Link + ?Sized> Link for std::sync::Arc<L> {
+    fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        deadline: Instant,
+        cancel: &AtomicBool,
+    ) -> Result<Value, McpError> {
+        (**self).request(method, params, deadline, cancel)
+    }
+    fn notify(&self, method: &str, params: Option<Value>) -> Result<(), McpError> {
+        (**self).notify(method, params)
+    }
+    fn take_tools_changed(&self) -> bool {
+        (**self).take_tools_changed()
+    }
+    fn broken(&self) -> Option<String> {
+        (**self).broken()
+    }
+    fn set_protocol_version(&self, version: &str) {
+        (**self).set_protocol_version(version);
+    }
+    fn close(&self) {
+        (**self).close();
+    }
+}
+
 /// A tool as a server lists it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolInfo {

@@ -1,0 +1,119 @@
+//! `brain tools list|call` (SPEC §13): the tools a configuration gives, started as `serve`
+//! starts them, for checking it from the terminal.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::{CliError, ToolsArgs, ToolsCommand, db_path, open_read_only};
+use crate::session::SyncMode;
+use crate::session::store::OlderSchema;
+use crate::tools::{Health, ServerState, ToolStatus, Tools, ToolsSetup, config};
+
+impl ToolsArgs {
+    /// Starts the tools these flags give (servers up, or failed, within their bound);
+    /// `store` is what `search_history` searches.
+    pub fn start(&self, store: Option<Arc<crate::session::Store>>) -> Result<Tools, CliError> {
+        let mode: crate::tools::Mode = self.mode.into();
+        let config = match &self.mcp_config {
+            // `off` starts nothing, so it reads nothing either.
+            Some(path) if mode != crate::tools::Mode::Off => {
+                Some(config::load(path).map_err(|e| CliError::Tools(e.to_string()))?)
+            }
+            _ => None,
+        };
+        Tools::start(ToolsSetup {
+            mode,
+            config,
+            tool_timeout: Duration::from_secs(self.tool_timeout),
+            store,
+            start_wait: crate::tools::registry::START_WAIT,
+        })
+        .map_err(|e| CliError::Tools(format!("cannot start the tools: {e}")))
+    }
+}
+
+pub fn run(
+    db: Option<PathBuf>,
+    sync: SyncMode,
+    cmd: ToolsCommand,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let args = match &cmd {
+        ToolsCommand::List { tools, .. } | ToolsCommand::Call { tools, .. } => tools,
+    };
+    // The history, read only, when there is one: without it only search_history fails.
+    let store = db_path(db)
+        .and_then(|p| open_read_only(&p, sync, OlderSchema::Refuse))
+        .map_err(|e| log::info!("search_history will not work here: {e}"))
+        .ok()
+        .map(Arc::new);
+    let tools = args.start(store)?;
+    match cmd {
+        ToolsCommand::List { json, .. } => list(&tools, json, out),
+        ToolsCommand::Call {
+            name, arguments, ..
+        } => call(&tools, &name, &arguments, out),
+    }
+}
+
+fn list(tools: &Tools, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let status = tools.status();
+    if json {
+        writeln!(out, "{}", crate::api::views::tools(&status))?;
+        return Ok(());
+    }
+    if status.health == Health::Off {
+        writeln!(
+            out,
+            "tools are off (give --mcp-config PATH, or --tools on for the built-in)"
+        )?;
+        return Ok(());
+    }
+    let width = status.tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for t in &status.tools {
+        let policy = serde_json::to_value(t.policy).unwrap_or_default();
+        let line = format!(
+            "{:width$}  {:12}  {:5}{}",
+            t.name,
+            t.server,
+            policy.as_str().unwrap_or_default(),
+            if t.read_only { "  read-only" } else { "" },
+        );
+        // Names come from servers: never let them drive the terminal.
+        writeln!(out, "{}", super::term::printable(&line))?;
+    }
+    for s in &status.servers {
+        let state = match s.status {
+            ServerState::Ok => format!("ok, {} tools", s.tools),
+            ServerState::Starting => "starting".to_owned(),
+            ServerState::Failed => format!("failed: {}", s.error.as_deref().unwrap_or("?")),
+        };
+        let line = format!("server {}: {state}", s.name);
+        writeln!(out, "{}", super::term::printable(&line))?;
+    }
+    Ok(())
+}
+
+fn call(tools: &Tools, name: &str, arguments: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    let args: serde_json::Value = serde_json::from_str(arguments)
+        .map_err(|e| CliError::Tools(format!("the arguments are not JSON: {e}")))?;
+    let never = AtomicBool::new(false);
+    let outcome = tools.call(name, &args, Instant::now() + tools.timeout(name), &never);
+    match outcome.status {
+        ToolStatus::Ok => {
+            writeln!(out, "{}", outcome.text)?;
+            Ok(())
+        }
+        other => Err(CliError::Tools(format!(
+            "{name} ended {}: {}",
+            serde_json::to_value(other)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            outcome.text
+        ))),
+    }
+}

@@ -1,0 +1,53 @@
+"""A small stdio MCP server for brain's registry tests: the faults the reference servers
+cannot be asked for. Its tools are named by STAND_IN_TOOLS (comma-separated; default
+echo,crash); it appends its pid to STAND_IN_PIDFILE when set. `crash` exits mid-call;
+`add_tool` {"name"} lists one more tool and says so (notifications/tools/list_changed);
+every other tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to
+`initialize` (a slow start)."""
+import json
+import os
+import sys
+import time
+
+tools = [t for t in os.environ.get("STAND_IN_TOOLS", "echo,crash").split(",") if t]
+pidfile = os.environ.get("STAND_IN_PIDFILE")
+if pidfile:
+    with open(pidfile, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(i, result):
+    send({"jsonrpc": "2.0", "id": i, "result": result})
+
+
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    i, method, params = m["id"], m["method"], m.get("params") or {}
+    if method == "initialize":
+        time.sleep(float(os.environ.get("STAND_IN_DELAY_S", "0")))
+        answer(i, {"protocolVersion": params["protocolVersion"],
+                   "capabilities": {"tools": {"listChanged": True}},
+                   "serverInfo": {"name": "stand-in", "version": "1"}})
+    elif method == "tools/list":
+        answer(i, {"tools": [{"name": t, "description": f"stand-in {t}",
+                              "inputSchema": {"type": "object"}} for t in tools]})
+    elif method == "tools/call":
+        name, args = params["name"], params.get("arguments") or {}
+        if name == "crash":
+            sys.stderr.write("stand-in: crashing as asked\n")
+            os._exit(3)
+        if name == "add_tool":
+            tools.append(args["name"])
+            answer(i, {"content": [{"type": "text", "text": "added"}]})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            continue
+        answer(i, {"content": [{"type": "text", "text": f"{name} {json.dumps(args)}"}]})
+    else:
+        send({"jsonrpc": "2.0", "id": i, "error": {"code": -32601, "message": "no such method"}})
