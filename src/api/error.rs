@@ -67,6 +67,9 @@ impl From<EngineError> for ApiError {
             EngineError::TurnInFlight => ApiError::new(409, "turn_in_flight", e.to_string()),
             EngineError::NothingToRetry => ApiError::new(409, "nothing_to_retry", e.to_string()),
             EngineError::NoActiveTurn => ApiError::new(404, "no_active_turn", e.to_string()),
+            EngineError::NoPendingPermission => {
+                ApiError::new(404, "no_pending_permission", e.to_string())
+            }
             EngineError::ShuttingDown | EngineError::Unavailable(_) => {
                 ApiError::new(503, "unavailable", e.to_string())
             }

@@ -135,13 +135,36 @@ fn session_route(
         ("GET", ["context"]) => context(api, id).map(Reply::Answer),
         ("POST", ["compact"]) => compact(api, id).map(Reply::Answer),
         ("GET", ["events"]) => events(api, id, params).map(Reply::Answer),
-        (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events"]) => {
-            Err(ApiError::new(
-                405,
-                "method_not_allowed",
-                format!("{method} is not allowed here"),
-            ))
+        ("POST", ["permissions", call_id]) => {
+            let body = json_body(req)?;
+            let allow = match string_field(&body, "decision")?.as_deref() {
+                Some("allow") => true,
+                Some("deny") => false,
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "`decision` must be \"allow\" or \"deny\"",
+                    ));
+                }
+            };
+            let remember = match body.get("remember") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ApiError::bad_request("`remember` must be a boolean")),
+            };
+            engine.store().session(id)?;
+            engine.answer_permission(
+                id,
+                call_id,
+                crate::chat::consent::Answer { allow, remember },
+            )?;
+            Ok(Reply::Answer(http::json(200, &json!({}))))
         }
+        (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events"])
+        | (_, ["permissions", _]) => Err(ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed here"),
+        )),
         _ => Err(ApiError::not_found("no such route")),
     }
 }

@@ -12,7 +12,7 @@ use super::end::end_attempt;
 use super::engine::{Fault, Inner, STOP_POLL};
 use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
 use super::summarizer::summarizer;
-use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent};
+use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent, ToolCall};
 use crate::session::StoreError;
 use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
 use crate::session::events::{AttemptEnd, Payload, PendingState, Usage};
@@ -31,6 +31,39 @@ pub(super) struct Streamed {
     pub finish_reason: Option<String>,
     /// Provider calls made so far (one per step).
     pub steps: u32,
+    /// The current step: its usage as the provider reported it, its own text (without
+    /// the blank line joining it to the previous step's), the calls it asked for, and
+    /// when it started (each step is its own ledger row).
+    pub step_usage: Option<Usage>,
+    pub step_text: String,
+    pub step_calls: Vec<ToolCall>,
+    pub step_started: Option<Instant>,
+    /// Usage of the steps before the current one.
+    pub prior_usage: Usage,
+    /// The next text starts a new step's: a blank line goes before it.
+    pub join_pending: bool,
+}
+
+impl Streamed {
+    /// A new step begins: its own text, calls and usage start empty.
+    pub(super) fn begin_step(&mut self) {
+        self.steps += 1;
+        self.step_usage = None;
+        self.step_text.clear();
+        self.step_calls.clear();
+        self.step_started = Some(Instant::now());
+        self.prior_usage = self.usage.unwrap_or_default();
+    }
+}
+
+/// `a + b`, field by field.
+pub(super) fn add_usage(a: Usage, b: Usage) -> Usage {
+    Usage {
+        input_tokens: a.input_tokens + b.input_tokens,
+        output_tokens: a.output_tokens + b.output_tokens,
+        cache_read_tokens: a.cache_read_tokens + b.cache_read_tokens,
+        cache_write_tokens: a.cache_write_tokens + b.cache_write_tokens,
+    }
 }
 
 /// Why the stream stopped.
@@ -101,7 +134,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
     let mut out = Streamed::default();
     let (serving, stopped) = match prepare(inner, turn, model) {
         Ok((serving, request)) => {
-            let stopped = stream(inner, turn, &request, &mut out);
+            let stopped = super::steps::run(inner, turn, request, &serving.model, &mut out);
             (Some(serving), stopped)
         }
         Err(stopped) => (None, stopped),
@@ -267,8 +300,13 @@ fn off_thread<T: Send + 'static>(
     }
 }
 
-/// Streams the request, relaying frames and checkpointing new text.
-fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Streamed) -> Stopped {
+/// Streams the request (one step), relaying frames and checkpointing new text.
+pub(super) fn stream(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    request: &ChatRequest,
+    out: &mut Streamed,
+) -> Stopped {
     turn.push(Frame::Status {
         phase: Phase::Waiting,
     });
@@ -315,6 +353,13 @@ fn stream(inner: &Inner, turn: &ActiveTurn, request: &ChatRequest, out: &mut Str
 fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
     match ev {
         StreamEvent::Text(t) => {
+            out.step_text.push_str(&t);
+            // The answer is the steps' text joined by a blank line (SPEC §13).
+            let t = if std::mem::take(&mut out.join_pending) && !out.text.is_empty() {
+                format!("\n\n{t}")
+            } else {
+                t
+            };
             out.text.push_str(&t);
             turn.push(Frame::Chunk { text: t });
         }
@@ -323,12 +368,13 @@ fn relay(turn: &ActiveTurn, ev: StreamEvent, out: &mut Streamed) {
             turn.push(Frame::Reasoning { text: r });
         }
         StreamEvent::Usage(u) => {
-            out.usage = Some(u);
-            turn.push(Frame::Usage(u));
+            out.step_usage = Some(u);
+            let total = add_usage(out.prior_usage, u);
+            out.usage = Some(total);
+            turn.push(Frame::Usage(total));
         }
+        StreamEvent::ToolCalls(calls) => out.step_calls = calls,
         StreamEvent::Finish(f) => out.finish_reason = Some(f),
-        // No tools are offered yet (the tool loop is not built), so none are asked for.
-        StreamEvent::ToolCalls(_) => {}
     }
 }
 

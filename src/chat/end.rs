@@ -161,8 +161,8 @@ fn complete(
             turn,
             &provider,
             model,
-            usage,
-            took,
+            out.step_usage.unwrap_or(usage),
+            out.step_started.map_or(took, |s| s.elapsed()),
             CallStatus::Ok,
             None,
         ))?;
@@ -244,6 +244,19 @@ fn chat_entry(
     }
 }
 
+/// The ledger row of a step that ended in tool calls (the attempt goes on).
+pub(super) fn record_step(inner: &Inner, turn: &ActiveTurn, model: &str, out: &Streamed) {
+    record_chat(
+        inner,
+        turn,
+        model,
+        out,
+        Duration::ZERO,
+        CallStatus::Ok,
+        None,
+    );
+}
+
 fn record_chat(
     inner: &Inner,
     turn: &ActiveTurn,
@@ -253,12 +266,13 @@ fn record_chat(
     status: CallStatus,
     code: Option<&str>,
 ) {
+    // One row per step: the last step's own usage and time (earlier steps have theirs).
     let entry = chat_entry(
         turn,
         inner.provider.base_url(),
         model,
-        out.usage.unwrap_or_default(),
-        took,
+        out.step_usage.or(out.usage).unwrap_or_default(),
+        out.step_started.map_or(took, |s| s.elapsed()),
         status,
         code,
     );

@@ -116,6 +116,8 @@ pub enum EngineError {
     NothingToRetry,
     #[error("this session has no active turn")]
     NoActiveTurn,
+    #[error("no tool call of this session is waiting for that answer")]
+    NoPendingPermission,
     #[error("the server is shutting down")]
     ShuttingDown,
     /// Something the request needs is not available now (the summarizer, a thread).
@@ -144,7 +146,7 @@ pub(super) struct Inner {
     pub settings: EngineSettings,
     /// The tools a turn may offer; `Tools::off()` when none are configured.
     pub tools: Arc<Tools>,
-    turns: Mutex<HashMap<SessionId, Arc<ActiveTurn>>>,
+    pub(super) turns: Mutex<HashMap<SessionId, Arc<ActiveTurn>>>,
     accepting: AtomicBool,
     workers: Mutex<Vec<JoinHandle<()>>>,
     background: Mutex<Vec<JoinHandle<()>>>,
@@ -152,6 +154,8 @@ pub(super) struct Inner {
     titling: Mutex<HashSet<SessionId>>,
     /// Background purposes that keep failing for a model pause.
     pub breakers: Mutex<Breakers>,
+    /// Tools the users allowed for the rest of a session.
+    pub remembered: super::consent::Remembered,
 }
 
 /// The turn engine. Cheap to clone; every clone is the same engine.
@@ -191,6 +195,7 @@ impl Engine {
                 background: Mutex::new(Vec::new()),
                 titling: Mutex::new(HashSet::new()),
                 breakers: Mutex::new(Breakers::default()),
+                remembered: super::consent::Remembered::default(),
             }),
         }
     }

@@ -173,6 +173,8 @@ pub struct ActiveTurn {
     changed: Condvar,
     stop: AtomicBool,
     shutdown: AtomicBool,
+    /// The call waiting for the user's consent, if one is (SPEC §13).
+    pub(super) consent: Mutex<Option<super::consent::Waiting>>,
 }
 
 impl ActiveTurn {
@@ -190,6 +192,7 @@ impl ActiveTurn {
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            consent: Mutex::new(None),
         }
     }
 
@@ -229,6 +232,11 @@ impl ActiveTurn {
     pub fn request_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Set on `/stop` and on shutdown: what a running tool call watches to give up.
+    pub fn stop_flag(&self) -> &AtomicBool {
+        &self.stop
     }
 
     pub fn stop_requested(&self) -> bool {

@@ -3,19 +3,23 @@
 //!
 //! - [`engine`]: the turn engine: one attempt per session at a time (I7), owned by the
 //!   server and not by a connection (I8), durable at every step (I2, I5).
-//! - `attempt` and `end`: one attempt, from preparing its request to its ending.
+//! - `attempt`, `steps` and `end`: one attempt, from preparing its request through its
+//!   tool steps to its ending.
 //! - [`compact`]: compaction by hand.
 //! - [`frames`]: what an attempt streams, kept for late subscribers.
 //! - [`summarizer`]: the provider as compaction's summarizer.
 //! - [`post_turn`]: distillation, post-persist compaction and the automatic title, after
 //!   the chat and out of its way.
+//! - [`consent`]: a tool call waiting for the user's allow or deny (I9).
 //! - [`breaker`]: a circuit breaker per (purpose, model) for background calls.
 
 mod attempt;
 pub mod breaker;
 pub mod compact;
+pub mod consent;
 mod end;
 pub mod engine;
 pub mod frames;
 pub mod post_turn;
+mod steps;
 pub mod summarizer;
