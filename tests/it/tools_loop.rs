@@ -260,7 +260,13 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
             .any(|t| t["function"]["name"] == "fs__write_file")
     );
 
-    // The next turn: the answer, not the traffic.
+    // The turn memory names the file (computed from the calls, with `--distill off`).
+    let memory = turn_memory(&b, &id);
+    assert_eq!(memory["files_changed"], json!([file]), "{memory}");
+    assert_eq!(memory["failures"], json!([]));
+    assert_eq!(memory["key_findings"], json!([]));
+
+    // The next turn: the answer and the turn memory, not the traffic.
     mock.script(json!({"kind": "stream", "text": "ok"}));
     let mut after = Vec::new();
     let next = stream(
@@ -290,9 +296,41 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         "{third:#}"
     );
     assert!(third.to_string().contains("Done: the note is written."));
+    let said: Vec<&str> = third["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    let residue = format!("[turn memory]\nfiles changed: {}", file.display());
+    assert!(
+        said.iter().any(|c| c.contains(&residue)),
+        "the next request shows the turn memory: {said:#?}"
+    );
+    assert!(
+        !third.to_string().contains("hello, disk"),
+        "the call's arguments are not in the next turn's request"
+    );
     // One ledger row per step, and the next turn's.
     let (_, usage) = call_url(&b.url, &format!("/v1/usage?session_id={id}"));
     assert_eq!(usage["by_purpose"]["chat"]["calls"], 3, "{usage}");
+}
+
+/// The session's (first) `turn_memory` payload, once it is written (post-turn work runs
+/// in the background).
+fn turn_memory(b: &ToolBrain, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(m) = events(b, id).iter().find(|e| e["kind"] == "turn_memory") {
+            return m["payload"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no turn_memory in {:#?}",
+            events(b, id)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// GET on a bare URL (the `server` helpers take a `Brain`).
@@ -378,6 +416,37 @@ fn denied_unknown_and_malformed_calls_are_recorded_and_the_model_is_told() {
     assert!(
         said.contains("tool call_m: the arguments are not valid JSON"),
         "{said}"
+    );
+    // Each failure is in the turn memory; the denied write changed no file.
+    let memory = turn_memory(&b, &id);
+    assert_eq!(memory["files_changed"], json!([]), "{memory}");
+    let failures: Vec<(&str, &str)> = memory["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["what"].as_str().unwrap(), f["why"].as_str().unwrap()))
+        .collect();
+    assert_eq!(failures.len(), 3, "{memory}");
+    assert!(
+        failures[0]
+            .0
+            .starts_with("fs__write_file({\"content\":\"no\""),
+        "{failures:?}"
+    );
+    assert_eq!(failures[0].1, "[denied by the user]");
+    assert_eq!(
+        failures[1],
+        (
+            "fs__format_disk({})",
+            "there is no tool named \"fs__format_disk\""
+        )
+    );
+    assert_eq!(failures[2].0, "fs__read_text_file({\"path\":)");
+    assert!(
+        failures[2]
+            .1
+            .starts_with("the arguments are not valid JSON"),
+        "{failures:?}"
     );
 }
 
