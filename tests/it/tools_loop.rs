@@ -17,10 +17,10 @@ use crate::server::agent;
 use crate::support::*;
 
 /// A server with tools: brain with `--mcp-config` naming server-filesystem on `dir`.
-struct ToolBrain {
-    child: Child,
-    url: String,
-    _db: TempDb,
+pub(crate) struct ToolBrain {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) _db: TempDb,
 }
 
 impl Drop for ToolBrain {
@@ -30,7 +30,7 @@ impl Drop for ToolBrain {
     }
 }
 
-fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
+pub(crate) fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
     let entry = npm_server(test, "server-filesystem")?;
     let config = dir.join("mcp.json");
     let servers = json!({"mcpServers": {"fs": {"command": "node", "args": [entry, dir]}}});
@@ -50,7 +50,7 @@ fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolB
 }
 
 /// The frames of a POST that streams, as they arrive.
-fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
+pub(crate) fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
     let (tx, rx) = mpsc::channel();
     let full = format!("{url}{path}");
     std::thread::spawn(move || {
@@ -74,7 +74,7 @@ fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
 }
 
 /// Frames until one of `kind` (returned), with a deadline.
-fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
+pub(crate) fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
     loop {
         let f = frames
             .recv_timeout(Duration::from_secs(60))
@@ -86,7 +86,7 @@ fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> V
     }
 }
 
-fn session(url: &str) -> String {
+pub(crate) fn session(url: &str) -> String {
     let resp = agent()
         .post(&format!("{url}/v1/sessions"))
         .header("Content-Type", "application/json")
@@ -96,7 +96,7 @@ fn session(url: &str) -> String {
     v["id"].as_str().unwrap().to_owned()
 }
 
-fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
+pub(crate) fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     let resp = agent()
         .get(&format!("{}/v1/sessions/{id}/events", b.url))
         .call()
@@ -105,11 +105,11 @@ fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     v["events"].as_array().unwrap().clone()
 }
 
-fn kinds(events: &[Value]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["kind"].as_str().unwrap()).collect()
 }
 
-fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
+pub(crate) fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
     agent()
         .post(&format!("{url}/v1/sessions/{id}/permissions/{call_id}"))
         .header("Content-Type", "application/json")
@@ -119,12 +119,12 @@ fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
         .as_u16()
 }
 
-fn write_call(id: &str, path: &Path, content: &str) -> Value {
+pub(crate) fn write_call(id: &str, path: &Path, content: &str) -> Value {
     json!({"id": id, "name": "fs__write_file",
            "arguments": json!({"path": path, "content": content}).to_string()})
 }
 
-fn streamed(mock: &MockLlm) -> Vec<Value> {
+pub(crate) fn streamed(mock: &MockLlm) -> Vec<Value> {
     mock.requests()
         .into_iter()
         .filter(|r| r["stream"] == true)
@@ -191,19 +191,24 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         .collect();
     assert_eq!(text, "Writing it.\n\nDone: the note is written.");
 
-    let log = events(&b, &id);
+    // The attempt's events (post-turn work may have added more after them). Step 1's text
+    // is checkpointed before its call waits for consent.
+    let mut log = events(&b, &id);
+    log.truncate(7);
     assert_eq!(
         kinds(&log),
         [
             "session_started",
             "user_message",
+            "pending_state",
             "permission_requested",
             "permission_resolved",
             "tool_execution",
             "assistant_turn"
         ]
     );
-    let exec = &log[4]["payload"];
+    assert_eq!(log[2]["payload"]["text"], "Writing it.");
+    let exec = &log[5]["payload"];
     assert_eq!(
         (
             &exec["status"],
@@ -236,7 +241,7 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         .collect();
     assert_eq!(digest["sha256"], hash);
     assert_eq!(digest["preview"], sent);
-    let answer_event = &log[5]["payload"];
+    let answer_event = &log[6]["payload"];
     assert_eq!(
         answer_event["text"],
         "Writing it.\n\nDone: the note is written."
@@ -318,7 +323,7 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
 
 /// The session's (first) `turn_memory` payload, once it is written (post-turn work runs
 /// in the background).
-fn turn_memory(b: &ToolBrain, id: &str) -> Value {
+pub(crate) fn turn_memory(b: &ToolBrain, id: &str) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(m) = events(b, id).iter().find(|e| e["kind"] == "turn_memory") {
@@ -334,7 +339,7 @@ fn turn_memory(b: &ToolBrain, id: &str) -> Value {
 }
 
 /// GET on a bare URL (the `server` helpers take a `Brain`).
-fn call_url(url: &str, path: &str) -> (u16, Value) {
+pub(crate) fn call_url(url: &str, path: &str) -> (u16, Value) {
     let resp = agent().get(&format!("{url}{path}")).call().unwrap();
     let status = resp.status().as_u16();
     (
