@@ -504,3 +504,71 @@ fn sigterm_while_a_permission_question_waits_denies_it_by_shutdown_and_exits_in_
     assert_eq!(stored.last().unwrap().1["code"], "shutdown");
     assert!(stand.received().iter().all(|m| m["method"] != "tools/call"));
 }
+
+#[test]
+fn with_distill_on_the_mini_model_reads_the_calls_and_only_its_findings_are_kept() {
+    let mock = MockLlm::start(&[]);
+    let stand = Stand::new();
+    let db = TempDb::new();
+    let (child, url) = spawn_serve(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brain"))
+            .arg("--db")
+            .arg(db.path())
+            .args(["--sync", "normal", "serve", "--listen", "127.0.0.1:0"])
+            .args([
+                "--distill",
+                "on",
+                "--titles",
+                "off",
+                "--provider-url",
+                &mock.url,
+            ])
+            .arg("--mcp-config")
+            .arg(stand.config("echo,crash", None))
+            .stderr(std::process::Stdio::null()),
+    );
+    let b = Serving { child, url };
+    // A mini model that invents a file: the calls say which files changed, not it.
+    let memory = json!({"files_changed": ["/invented"], "failures": [],
+                        "key_findings": ["the echo works"]});
+    mock.defaults(json!({"memory": {"text": memory.to_string()}}));
+    let id = session(&b.url);
+    mock.script(json!([
+        {"kind": "stream", "tool_calls": [call("c1", "s__echo", json!({"path": "/t/a.txt"})),
+                                          call("c2", "s__crash", json!({}))]},
+        {"kind": "stream", "text": "Done."},
+    ]));
+    let (end, seen) = turn(&b.url, &id, "go");
+    assert_eq!(end["status"], "completed", "{seen:#?}");
+    let mut stored = None;
+    wait_for("the turn memory", || {
+        stored = log(&b.url, &id)
+            .into_iter()
+            .find(|e| e["kind"] == "turn_memory");
+        stored.is_some()
+    });
+    let m = &stored.unwrap()["payload"];
+    assert_eq!(m["files_changed"], json!(["/t/a.txt"]), "{m}");
+    assert_eq!(m["key_findings"], json!(["the echo works"]));
+    assert_eq!(m["failures"][0]["what"], "s__crash({})", "{m}");
+    let asked = mock
+        .requests()
+        .into_iter()
+        .find(|q| {
+            q["stream"] != true
+                && q["messages"][0]["content"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("Extract a memory"))
+        })
+        .unwrap();
+    let input = asked["messages"][1]["content"].as_str().unwrap();
+    assert!(input.starts_with("User: go\n\nAssistant: Done."), "{input}");
+    assert!(
+        input.contains("- s__echo({\"path\":\"/t/a.txt\"}) → ok: echo {\"path\": \"/t/a.txt\"}"),
+        "{input}"
+    );
+    assert!(
+        input.contains("- s__crash({}) → error: the MCP server s failed"),
+        "{input}"
+    );
+}
