@@ -408,7 +408,11 @@ pub(super) fn last_checkpoint(turn: &ActiveTurn, out: &Streamed, ended: AttemptE
 }
 
 /// Appends a `pending_state` with what arrived since the last one, if anything did.
-fn checkpoint(inner: &Inner, turn: &ActiveTurn, out: &mut Streamed) -> Result<(), StoreError> {
+pub(super) fn checkpoint(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    out: &mut Streamed,
+) -> Result<(), StoreError> {
     let Some(payload) = unsaved(turn, out) else {
         return Ok(());
     };

@@ -10,6 +10,7 @@
 //! - [`summarizer`]: the provider as compaction's summarizer.
 //! - [`post_turn`]: distillation, post-persist compaction and the automatic title, after
 //!   the chat and out of its way.
+//! - [`residue`]: what an attempt's tool calls leave in its turn memory (pure).
 //! - [`consent`]: a tool call waiting for the user's allow or deny (I9).
 //! - [`breaker`]: a circuit breaker per (purpose, model) for background calls.
 
@@ -21,5 +22,6 @@ mod end;
 pub mod engine;
 pub mod frames;
 pub mod post_turn;
+pub mod residue;
 mod steps;
 pub mod summarizer;

@@ -17,11 +17,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::engine::{Inner, lock};
+use super::residue;
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError, Schema, Shape};
 use crate::session::SessionId;
 use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
-use crate::session::events::{Decoded, MemoryFailure, Payload, TitledBy, TurnMemory, Usage};
+use crate::session::events::{
+    Decoded, MemoryFailure, Payload, TitledBy, ToolExecution, TurnMemory, Usage,
+};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
 
 /// Deadline of one distillation call.
@@ -107,18 +110,19 @@ pub(super) fn spawn(
 ) {
     let job = Arc::clone(inner);
     let started = inner.spawn_background(move || {
-        let exchange = if completed {
+        // Read before compaction can cover the attempt.
+        let done = if completed {
             exchange(&job, id, turn, attempt)
         } else {
             None
         };
         // First what the next request needs, then what can wait.
         compact_after(&job, id, budget, &model);
-        if let (Some(text), true) = (&exchange, job.settings.distill) {
-            distill(&job, id, turn, attempt, text, &model);
+        if let Some(done) = &done {
+            remember(&job, id, turn, attempt, done, &model);
         }
-        if let (Some(text), true) = (&exchange, job.settings.titles) {
-            auto_title(&job, id, text, &model);
+        if let (Some(done), true) = (&done, job.settings.titles) {
+            auto_title(&job, id, &done.text, &model);
         }
     });
     // Best-effort work: skipped (and said so) rather than failing anything.
@@ -154,22 +158,72 @@ fn compact_after(job: &Inner, id: SessionId, budget: Budget, model: &str) {
     }
 }
 
-/// "User: …\n\nAssistant: …" for the turn's user message and this attempt's answer.
-fn exchange(inner: &Inner, id: SessionId, turn: u64, attempt: u32) -> Option<String> {
+/// A completed attempt, as its turn memory is made from it.
+struct Done {
+    /// "User: …\n\nAssistant: …": the turn's user message and this attempt's answer.
+    text: String,
+    /// The attempt's tool calls, in order.
+    calls: Vec<ToolExecution>,
+}
+
+fn exchange(inner: &Inner, id: SessionId, turn: u64, attempt: u32) -> Option<Done> {
     let events = inner.store.events_for_context(id).ok()?;
     let mut question = None;
     let mut answer = None;
+    let mut calls = Vec::new();
     for e in &events {
         match e.decode() {
             Decoded::Known(Payload::UserMessage(u)) if e.seq == turn => question = Some(u.text),
             Decoded::Known(Payload::AssistantTurn(a)) if a.turn == turn && a.attempt == attempt => {
                 answer = Some(a.text)
             }
+            Decoded::Known(Payload::ToolExecution(t)) if t.turn == turn && t.attempt == attempt => {
+                calls.push(t)
+            }
             _ => {}
         }
     }
     let text = format!("User: {}\n\nAssistant: {}", question?, answer?);
-    Some(text.chars().take(EXCHANGE_EXCERPT_CHARS).collect())
+    Some(Done {
+        text: text.chars().take(EXCHANGE_EXCERPT_CHARS).collect(),
+        calls,
+    })
+}
+
+/// The attempt's turn memory: `files_changed` and `failures` from its calls (the same
+/// with or without a mini model), `key_findings` from the mini model when `--distill on`.
+/// Written when there is something to remember: always after a distillation that
+/// answered; with `--distill off` (or a distillation that gave nothing) only when the
+/// attempt made calls, so a tool-less turn writes none, as before tools.
+fn remember(inner: &Inner, id: SessionId, turn: u64, attempt: u32, done: &Done, model: &str) {
+    // Read-only-ness is the registry's (the event does not carry it), asked now: a tool
+    // nobody knows any more counts as one that writes.
+    let tools = &inner.tools;
+    let read_only = |name: &str| tools.find(name).is_some_and(|t| t.read_only);
+    let residue = residue::residue(&done.calls, &read_only);
+    let findings = if inner.settings.distill {
+        let mut text = done.text.clone();
+        if !done.calls.is_empty() {
+            text.push_str("\n\nTool calls made for this answer:\n");
+            text.push_str(&residue::calls_excerpt(&done.calls));
+        }
+        distill(inner, id, turn, attempt, &text, model)
+    } else {
+        None
+    };
+    if findings.is_none() && done.calls.is_empty() {
+        return;
+    }
+    let memory = Payload::TurnMemory(TurnMemory {
+        turn,
+        attempt,
+        files_changed: residue.files_changed,
+        failures: residue.failures,
+        key_findings: findings.unwrap_or_default(),
+    });
+    if let Err(e) = inner.store.append(id, &memory) {
+        log::error!("storing turn memory of {id}: {e}");
+    }
 }
 
 fn mini_model(inner: &Inner, chat_model: &str) -> String {
@@ -298,11 +352,11 @@ fn report(inner: &Inner, purpose: Purpose, model: &str, ok: bool) {
 #[derive(Deserialize)]
 pub struct MemoryJson {
     #[serde(default)]
-    files_changed: Vec<String>,
+    pub files_changed: Vec<String>,
     #[serde(default)]
-    failures: Vec<MemoryFailure>,
+    pub failures: Vec<MemoryFailure>,
     #[serde(default)]
-    key_findings: Vec<String>,
+    pub key_findings: Vec<String>,
 }
 
 /// The first JSON object in a reply (models like to wrap it in prose or fences).
@@ -312,6 +366,9 @@ pub fn parse_memory(reply: &str) -> Option<MemoryJson> {
     serde_json::from_str(reply.get(start..=end)?).ok()
 }
 
+/// The mini model's key findings (at most [`MAX_FINDINGS`]); `None` when it gave no
+/// usable answer. Its `files_changed` and `failures` are not used: the calls say those
+/// ([`residue`]), and a model guessing them would only add noise.
 fn distill(
     inner: &Inner,
     id: SessionId,
@@ -319,7 +376,7 @@ fn distill(
     attempt: u32,
     exchange: &str,
     chat_model: &str,
-) {
+) -> Option<Vec<String>> {
     let model = mini_model(inner, chat_model);
     let ask = Ask {
         id,
@@ -336,12 +393,12 @@ fn distill(
     let wanted = || !inner.moved_on(id, turn, attempt);
     for _ in 0..DISTILL_ATTEMPTS {
         let reply = match ask_in_background(inner, &ask, &wanted) {
-            None => return,
+            None => return None,
             Some(Ok(c)) => c.text,
             Some(Err(e)) => {
                 report(inner, Purpose::Distill, &model, false);
                 log::warn!("distilling turn {turn} of {id}: {e}");
-                return;
+                return None;
             }
         };
         let Some(m) = parse_memory(&reply) else {
@@ -349,19 +406,10 @@ fn distill(
             continue;
         };
         report(inner, Purpose::Distill, &model, true);
-        let memory = Payload::TurnMemory(TurnMemory {
-            turn,
-            attempt,
-            files_changed: m.files_changed,
-            failures: m.failures,
-            key_findings: m.key_findings.into_iter().take(MAX_FINDINGS).collect(),
-        });
-        if let Err(e) = inner.store.append(id, &memory) {
-            log::error!("storing turn memory of {id}: {e}");
-        }
-        return;
+        return Some(m.key_findings.into_iter().take(MAX_FINDINGS).collect());
     }
     log::warn!("distilling turn {turn} of {id}: no valid JSON after {DISTILL_ATTEMPTS} tries");
+    None
 }
 
 /// A title from a model's reply: its first line, unquoted, at most 6 words and 80 chars.

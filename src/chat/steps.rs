@@ -63,6 +63,11 @@ pub(super) fn run(
         }
         // This step is over (its own ledger row); the attempt goes on.
         super::end::record_step(inner, turn, model, out);
+        // Its text is made durable before the calls: a tool or a permission question may
+        // take minutes, and a brain killed meanwhile keeps what was said (§6).
+        if let Err(e) = super::attempt::checkpoint(inner, turn, out) {
+            return Stopped::Store(e);
+        }
         let step = out.steps;
         let results = match run_calls(inner, turn, &offered, step, &calls) {
             Ok(r) => r,

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::config::McpConfig;
-use super::mcp::{Link, McpError};
+use super::config::{McpConfig, Transport};
+use super::mcp::{Link, McpError, Server};
 use super::names::{self, Collision};
 use super::supervisor::{Phase, Ready, Slot, cancelled, supervise};
 use super::{
@@ -30,6 +30,11 @@ use crate::session::Store;
 
 /// How long `serve` waits for its servers to start (SPEC §13: each bounded by 10 s).
 pub const START_WAIT: Duration = Duration::from_secs(10);
+/// How long a stdio server has, after a call of it was cancelled or timed out, to show it
+/// still listens (it answers a `ping`); else it is restarted (SPEC §13: a stdio server that
+/// does not answer a cancel within 5 s). A server stuck in the abandoned call would
+/// otherwise keep every later call waiting until its own timeout.
+pub const CANCEL_ANSWER_WAIT: Duration = Duration::from_secs(5);
 
 /// What [`Tools::start`] needs.
 pub struct ToolsSetup {
@@ -257,8 +262,14 @@ impl Tools {
                 slot.state.lock().failures = 0;
                 ToolOutcome::ok(r.text)
             }
-            Err(McpError::Timeout(_)) => timed_out(),
-            Err(McpError::Cancelled) => cancelled(),
+            Err(McpError::Timeout(_)) => {
+                restart_if_deaf(slot, server);
+                timed_out()
+            }
+            Err(McpError::Cancelled) => {
+                restart_if_deaf(slot, server);
+                cancelled()
+            }
             Err(e) => {
                 // A dead server: its supervisor starts it again now.
                 slot.wake.notify_all();
@@ -330,6 +341,33 @@ impl Tools {
                 });
             }
         });
+    }
+}
+
+/// After a call was abandoned, checks in the background (the attempt does not wait) that
+/// a stdio server still answers within [`CANCEL_ANSWER_WAIT`]; one that does not is
+/// closed (its process group killed), and the next call starts it again.
+fn restart_if_deaf(slot: &Slot, server: Arc<Server>) {
+    if !matches!(slot.config.transport, Transport::Stdio(_)) {
+        return;
+    }
+    let name = slot.config.name.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("mcp-cancel-{name}"))
+        .spawn(move || {
+            if let Err(McpError::Timeout(_)) = server.ping(Instant::now() + CANCEL_ANSWER_WAIT) {
+                log::warn!(
+                    "MCP server {name} did not answer within {CANCEL_ANSWER_WAIT:?} of a \
+                     cancelled call; restarting it"
+                );
+                server.close();
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!(
+            "MCP server {}: cannot check it after a cancel: {e}",
+            slot.config.name
+        );
     }
 }
 

@@ -17,10 +17,10 @@ use crate::server::agent;
 use crate::support::*;
 
 /// A server with tools: brain with `--mcp-config` naming server-filesystem on `dir`.
-struct ToolBrain {
-    child: Child,
-    url: String,
-    _db: TempDb,
+pub(crate) struct ToolBrain {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) _db: TempDb,
 }
 
 impl Drop for ToolBrain {
@@ -30,7 +30,7 @@ impl Drop for ToolBrain {
     }
 }
 
-fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
+pub(crate) fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
     let entry = npm_server(test, "server-filesystem")?;
     let config = dir.join("mcp.json");
     let servers = json!({"mcpServers": {"fs": {"command": "node", "args": [entry, dir]}}});
@@ -50,7 +50,7 @@ fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolB
 }
 
 /// The frames of a POST that streams, as they arrive.
-fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
+pub(crate) fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
     let (tx, rx) = mpsc::channel();
     let full = format!("{url}{path}");
     std::thread::spawn(move || {
@@ -74,7 +74,7 @@ fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
 }
 
 /// Frames until one of `kind` (returned), with a deadline.
-fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
+pub(crate) fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
     loop {
         let f = frames
             .recv_timeout(Duration::from_secs(60))
@@ -86,7 +86,7 @@ fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> V
     }
 }
 
-fn session(url: &str) -> String {
+pub(crate) fn session(url: &str) -> String {
     let resp = agent()
         .post(&format!("{url}/v1/sessions"))
         .header("Content-Type", "application/json")
@@ -96,7 +96,7 @@ fn session(url: &str) -> String {
     v["id"].as_str().unwrap().to_owned()
 }
 
-fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
+pub(crate) fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     let resp = agent()
         .get(&format!("{}/v1/sessions/{id}/events", b.url))
         .call()
@@ -105,11 +105,11 @@ fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     v["events"].as_array().unwrap().clone()
 }
 
-fn kinds(events: &[Value]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["kind"].as_str().unwrap()).collect()
 }
 
-fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
+pub(crate) fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
     agent()
         .post(&format!("{url}/v1/sessions/{id}/permissions/{call_id}"))
         .header("Content-Type", "application/json")
@@ -119,12 +119,12 @@ fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
         .as_u16()
 }
 
-fn write_call(id: &str, path: &Path, content: &str) -> Value {
+pub(crate) fn write_call(id: &str, path: &Path, content: &str) -> Value {
     json!({"id": id, "name": "fs__write_file",
            "arguments": json!({"path": path, "content": content}).to_string()})
 }
 
-fn streamed(mock: &MockLlm) -> Vec<Value> {
+pub(crate) fn streamed(mock: &MockLlm) -> Vec<Value> {
     mock.requests()
         .into_iter()
         .filter(|r| r["stream"] == true)
@@ -191,19 +191,24 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         .collect();
     assert_eq!(text, "Writing it.\n\nDone: the note is written.");
 
-    let log = events(&b, &id);
+    // The attempt's events (post-turn work may have added more after them). Step 1's text
+    // is checkpointed before its call waits for consent.
+    let mut log = events(&b, &id);
+    log.truncate(7);
     assert_eq!(
         kinds(&log),
         [
             "session_started",
             "user_message",
+            "pending_state",
             "permission_requested",
             "permission_resolved",
             "tool_execution",
             "assistant_turn"
         ]
     );
-    let exec = &log[4]["payload"];
+    assert_eq!(log[2]["payload"]["text"], "Writing it.");
+    let exec = &log[5]["payload"];
     assert_eq!(
         (
             &exec["status"],
@@ -236,7 +241,7 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         .collect();
     assert_eq!(digest["sha256"], hash);
     assert_eq!(digest["preview"], sent);
-    let answer_event = &log[5]["payload"];
+    let answer_event = &log[6]["payload"];
     assert_eq!(
         answer_event["text"],
         "Writing it.\n\nDone: the note is written."
@@ -260,7 +265,13 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
             .any(|t| t["function"]["name"] == "fs__write_file")
     );
 
-    // The next turn: the answer, not the traffic.
+    // The turn memory names the file (computed from the calls, with `--distill off`).
+    let memory = turn_memory(&b, &id);
+    assert_eq!(memory["files_changed"], json!([file]), "{memory}");
+    assert_eq!(memory["failures"], json!([]));
+    assert_eq!(memory["key_findings"], json!([]));
+
+    // The next turn: the answer and the turn memory, not the traffic.
     mock.script(json!({"kind": "stream", "text": "ok"}));
     let mut after = Vec::new();
     let next = stream(
@@ -290,13 +301,45 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         "{third:#}"
     );
     assert!(third.to_string().contains("Done: the note is written."));
+    let said: Vec<&str> = third["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    let residue = format!("[turn memory]\nfiles changed: {}", file.display());
+    assert!(
+        said.iter().any(|c| c.contains(&residue)),
+        "the next request shows the turn memory: {said:#?}"
+    );
+    assert!(
+        !third.to_string().contains("hello, disk"),
+        "the call's arguments are not in the next turn's request"
+    );
     // One ledger row per step, and the next turn's.
     let (_, usage) = call_url(&b.url, &format!("/v1/usage?session_id={id}"));
     assert_eq!(usage["by_purpose"]["chat"]["calls"], 3, "{usage}");
 }
 
+/// The session's (first) `turn_memory` payload, once it is written (post-turn work runs
+/// in the background).
+pub(crate) fn turn_memory(b: &ToolBrain, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(m) = events(b, id).iter().find(|e| e["kind"] == "turn_memory") {
+            return m["payload"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no turn_memory in {:#?}",
+            events(b, id)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// GET on a bare URL (the `server` helpers take a `Brain`).
-fn call_url(url: &str, path: &str) -> (u16, Value) {
+pub(crate) fn call_url(url: &str, path: &str) -> (u16, Value) {
     let resp = agent().get(&format!("{url}{path}")).call().unwrap();
     let status = resp.status().as_u16();
     (
@@ -378,6 +421,37 @@ fn denied_unknown_and_malformed_calls_are_recorded_and_the_model_is_told() {
     assert!(
         said.contains("tool call_m: the arguments are not valid JSON"),
         "{said}"
+    );
+    // Each failure is in the turn memory; the denied write changed no file.
+    let memory = turn_memory(&b, &id);
+    assert_eq!(memory["files_changed"], json!([]), "{memory}");
+    let failures: Vec<(&str, &str)> = memory["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["what"].as_str().unwrap(), f["why"].as_str().unwrap()))
+        .collect();
+    assert_eq!(failures.len(), 3, "{memory}");
+    assert!(
+        failures[0]
+            .0
+            .starts_with("fs__write_file({\"content\":\"no\""),
+        "{failures:?}"
+    );
+    assert_eq!(failures[0].1, "[denied by the user]");
+    assert_eq!(
+        failures[1],
+        (
+            "fs__format_disk({})",
+            "there is no tool named \"fs__format_disk\""
+        )
+    );
+    assert_eq!(failures[2].0, "fs__read_text_file({\"path\":)");
+    assert!(
+        failures[2]
+            .1
+            .starts_with("the arguments are not valid JSON"),
+        "{failures:?}"
     );
 }
 

@@ -186,6 +186,16 @@ impl Server {
         Ok(render_result(&answer))
     }
 
+    /// MCP's `ping`: whether the server still answers requests. Any answer counts, an
+    /// error included (a server that does not know `ping` still listens).
+    pub fn ping(&self, deadline: Instant) -> Result<(), McpError> {
+        let never = AtomicBool::new(false);
+        match self.link.request("ping", None, deadline, &never) {
+            Ok(_) | Err(McpError::Rpc(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn take_tools_changed(&self) -> bool {
         self.link.take_tools_changed()
     }

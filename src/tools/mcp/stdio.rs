@@ -137,6 +137,23 @@ impl StdioLink {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
         }
+        #[cfg(target_os = "linux")]
+        {
+            // Killed with brain: a brain that is SIGKILLed cannot close it, and a server
+            // stuck in a call does not notice its stdin closing. The signal follows the
+            // thread that spawns it, a server's supervisor, which lives as long as brain
+            // serves. Its own children (`npx` runs `node`) see their stdin close instead.
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec only async-signal-safe calls: prctl(2).
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| McpError::Spawn(format!("{}: {e}", how.command)))?;
