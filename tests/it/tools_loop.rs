@@ -17,9 +17,9 @@ use crate::server::agent;
 use crate::support::*;
 
 /// A server with tools: brain with `--mcp-config` naming server-filesystem on `dir`.
-struct ToolBrain {
+pub(crate) struct ToolBrain {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _db: TempDb,
 }
 
@@ -30,7 +30,7 @@ impl Drop for ToolBrain {
     }
 }
 
-fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
+pub(crate) fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolBrain> {
     let entry = npm_server(test, "server-filesystem")?;
     let config = dir.join("mcp.json");
     let servers = json!({"mcpServers": {"fs": {"command": "node", "args": [entry, dir]}}});
@@ -96,7 +96,7 @@ fn session(url: &str) -> String {
     v["id"].as_str().unwrap().to_owned()
 }
 
-fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
+pub(crate) fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     let resp = agent()
         .get(&format!("{}/v1/sessions/{id}/events", b.url))
         .call()
@@ -105,7 +105,7 @@ fn events(b: &ToolBrain, id: &str) -> Vec<Value> {
     v["events"].as_array().unwrap().clone()
 }
 
-fn kinds(events: &[Value]) -> Vec<&str> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["kind"].as_str().unwrap()).collect()
 }
 
@@ -119,7 +119,7 @@ fn answer(url: &str, id: &str, call_id: &str, body: Value) -> u16 {
         .as_u16()
 }
 
-fn write_call(id: &str, path: &Path, content: &str) -> Value {
+pub(crate) fn write_call(id: &str, path: &Path, content: &str) -> Value {
     json!({"id": id, "name": "fs__write_file",
            "arguments": json!({"path": path, "content": content}).to_string()})
 }
