@@ -51,6 +51,7 @@ test('a call that asks: Allow runs it, the file is written, the call shows ok an
   await p.click('.tool summary');
   assert.match(await p.textContent('.tool pre.tool-result'), /Successfully wrote to .*allowed\.txt/);
   assert.match(await p.textContent('.tool pre.tool-full-args'), /"content": "hello, disk"/);
+  await p.screenshot({ path: join(shots, 'tool-call-open.png') });
   assert.deepEqual(p.errors || [], []);
   await p.context().close();
 });
