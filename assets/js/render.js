@@ -1,7 +1,8 @@
 // Rendering of transcript items. Message text is untrusted: user text is shown as text;
 // model text is rendered by marked (raw HTML escaped, images turned into links) and
 // sanitised by DOMPurify before it reaches the page.
-import { el, tokens } from './dom.js';
+import { el, tokens, state } from './dom.js';
+import { toolElement, permissionElement } from './tools.js';
 import { enhanceCode, copyButton } from './code.js';
 
 let markedReady = false;
@@ -90,11 +91,12 @@ export function itemElement(item) {
     case 'title':
       node = el('div', item.by === 'auto' ? 'notice title-auto' : 'notice', 'Renamed to “' + item.title + '”' + (item.by === 'auto' ? ' (automatic)' : ''));
       break;
-    case 'tool': {
-      node = el('details', 'notice tool');
-      node.append(el('summary', null, 'Tool ' + item.name + ' · ' + item.status), el('pre', null, JSON.stringify(item.args, null, 2)));
+    case 'tool':
+      node = toolElement(item);
       break;
-    }
+    case 'permission':
+      node = permissionElement(item, state.id);
+      break;
     default:
       node = el('div', 'notice unreadable', 'An event this version cannot show (' + (item.event_kind || item.kind) + ')');
   }

@@ -7,6 +7,7 @@ import { loadSessions } from './sessions.js';
 import { providerBanner } from './layout.js';
 import { followTitle } from './title.js';
 import { renderItems, startPaging, reveal, isOpen, offerRetry, placeTitles } from './transcript.js';
+import { toolFrames, expireQuestions, lastQuestion } from './tools.js';
 
 
 // Within this many pixels of the end counts as "at the bottom".
@@ -69,6 +70,11 @@ export async function openSession(id, push, seq) {
   // `/live` continues (never a cut-off copy plus a second live one).
   let live = null;
   t.append(renderItems(data.items, (item) => { live = liveBubble(item); return live.box; }));
+  // The running answer goes below its attempt's tool calls and questions, where the saved
+  // answer will be (and where the frames `/live` replays put new calls: before it).
+  if (live) t.append(live.box);
+  // Only the running attempt can still wait on a question: the newest one.
+  expireQuestions(t, data.session.turn_active ? lastQuestion(t) : null);
   startPaging(id, data.items, data.more);
   t.scrollTop = t.scrollHeight;
   if (seq) await reveal(seq);
@@ -104,6 +110,7 @@ async function refreshTail(id) {
   renderHeader();
   stale.forEach((n) => n.remove());
   t.append(renderItems(data.items));
+  expireQuestions(t, null);
   placeTitles(t);
   if (follow) t.scrollTop = t.scrollHeight;
   if (!data.session.turn_active) offerRetry(retry);
@@ -165,13 +172,15 @@ function liveBubble(item) {
 function streamInto(adopted, mine) {
   const t = $('transcript');
   let bubble = null;
+  const tools = toolFrames(t, state.id, (node) => { if (bubble && bubble.box.isConnected) t.insertBefore(node, bubble.box); else t.append(node); });
   return (f) => {
     if (view !== mine) return;
+    if (tools(f) && f.type !== 'turn') return;
     if (f.type === 'turn') {
       if (adopted && adopted.turn === f.turn && adopted.attempt === f.attempt) { bubble = adopted; bubble.restart(); }
       else { bubble = liveBubble(); t.append(bubble.box); }
     }
-    else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…' }[f.phase] || '');
+    else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…', tool: 'Running a tool…', permission: 'Waiting for your answer…' }[f.phase] || '');
     else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }
     else if (f.type === 'reasoning') { if (bubble) bubble.addReasoning(f.text); }
     else if (f.type === 'error') t.append(failureNotice(f.code, f.message, !!(bubble && bubble.text)));

@@ -35,6 +35,7 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("js/session.js", JS),
     asset!("js/sessions.js", JS),
     asset!("js/title.js", JS),
+    asset!("js/tools.js", JS),
     asset!("js/transcript.js", JS),
     asset!("favicon.svg", SVG),
     asset!("vendor/highlight.min.js", JS),

@@ -14,6 +14,7 @@ use signal_hook::consts::SIGINT;
 use super::lock::{DbLock, Holder, LockError};
 use super::term::printable;
 use super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
+use crate::chat::consent::Answer;
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
 
 /// How long `brain chat` waits to reach the server and hand it a request.
@@ -40,6 +41,8 @@ trait Backend: Send + Sync {
     fn send(&self, id: SessionId, text: &str) -> Result<Frames, CliError>;
     fn retry(&self, id: SessionId) -> Result<Frames, CliError>;
     fn stop(&self, id: SessionId);
+    /// The person's answer to the question the session's attempt waits on.
+    fn answer(&self, id: SessionId, call_id: &str, answer: Answer) -> Result<(), CliError>;
     fn close(&self) {}
 }
 
@@ -145,6 +148,17 @@ impl Backend for Http {
     fn stop(&self, id: SessionId) {
         let _ = self.post(&format!("/v1/sessions/{id}/stop"), json!({}));
     }
+
+    fn answer(&self, id: SessionId, call_id: &str, answer: Answer) -> Result<(), CliError> {
+        let decision = if answer.allow { "allow" } else { "deny" };
+        // The id is the model's: whatever it holds stays one path segment.
+        let call = path_segment(call_id);
+        Http::json(self.post(
+            &format!("/v1/sessions/{id}/permissions/{call}"),
+            json!({"decision": decision, "remember": answer.remember}),
+        )?)
+        .map(|_| ())
+    }
 }
 
 struct Local {
@@ -225,6 +239,12 @@ impl Backend for Local {
 
     fn stop(&self, id: SessionId) {
         let _ = self.engine.stop(id);
+    }
+
+    fn answer(&self, id: SessionId, call_id: &str, answer: Answer) -> Result<(), CliError> {
+        self.engine
+            .answer_permission(id, call_id, answer)
+            .map_err(|e| CliError::Serve(e.to_string()))
     }
 
     fn close(&self) {
@@ -313,7 +333,14 @@ pub fn run(
         match frames {
             Ok(frames) => {
                 active.store(true, Ordering::SeqCst);
-                let shown = show_frames(frames, out);
+                let mut read_line = || lines.next().and_then(Result::ok);
+                let mut consent = Consent {
+                    backend: backend.as_ref(),
+                    id,
+                    read_line: &mut read_line,
+                    terminal,
+                };
+                let shown = show_frames(frames, out, &mut consent);
                 active.store(false, Ordering::SeqCst);
                 shown?;
             }
@@ -352,11 +379,124 @@ fn watch_interrupts(
 /// What the user's lines start with, typed or shown.
 const PROMPT: &str = "you › ";
 
-fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
+/// How a permission question is put to the person and answered.
+struct Consent<'a> {
+    backend: &'a dyn Backend,
+    id: SessionId,
+    /// The person's next line; None at the end of input.
+    read_line: &'a mut dyn FnMut() -> Option<String>,
+    terminal: bool,
+}
+
+impl Consent<'_> {
+    /// Asks about one call (`Allow NAME(args)? [y]es / [n]o / [a]lways `), reads one line
+    /// and answers through the backend. Anything but yes or always, and the end of input,
+    /// is no.
+    fn ask(&mut self, f: &Value, out: &mut dyn Write) -> Result<(), CliError> {
+        let name = f["name"].as_str().unwrap_or_default();
+        let args = f["args"].as_str().unwrap_or_default();
+        write!(
+            out,
+            "\nAllow {}({})? [y]es / [n]o / [a]lways ",
+            printable(name),
+            printable(&short_args(args, PERMISSION_ARGS_CHARS))
+        )?;
+        out.flush()?;
+        let line = (self.read_line)();
+        // Through a pipe nothing is echoed: the answer read is shown, as typed lines are.
+        if !self.terminal {
+            writeln!(out, "{}", printable(line.as_deref().unwrap_or("").trim()))?;
+        }
+        let answer = consent_answer(line.as_deref());
+        let call_id = f["call_id"].as_str().unwrap_or_default();
+        if let Err(e) = self.backend.answer(self.id, call_id, answer) {
+            writeln!(out, "[could not answer: {}]", printable(&e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// `text` percent-encoded as one path segment (all but RFC 3986's unreserved characters).
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Characters of a call's arguments shown inline, and in a question.
+const CALL_ARGS_CHARS: usize = 60;
+const PERMISSION_ARGS_CHARS: usize = 300;
+
+/// The arguments on one line (compact JSON when they parse), cut at `max` characters.
+fn short_args(args: &str, max: usize) -> String {
+    let compact = serde_json::from_str::<Value>(args)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| args.to_owned());
+    if compact.chars().count() <= max {
+        return compact;
+    }
+    let mut cut: String = compact.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+/// The person's line as an answer: y/yes allows, a/always allows for the session, anything
+/// else (and the end of input) denies.
+fn consent_answer(line: Option<&str>) -> Answer {
+    let word = line.unwrap_or_default().trim().to_lowercase();
+    let (allow, remember) = match word.as_str() {
+        "y" | "yes" => (true, false),
+        "a" | "always" => (true, true),
+        _ => (false, false),
+    };
+    Answer { allow, remember }
+}
+
+/// A call's end in words, with its time: `ok, 12 ms`.
+fn call_status(status: &str, ms: u64) -> String {
+    let words = match status {
+        "timeout" => "timed out",
+        other => other,
+    };
+    format!("{}, {ms} ms", printable(words))
+}
+
+fn show_frames(
+    frames: Frames,
+    out: &mut dyn Write,
+    consent: &mut Consent<'_>,
+) -> Result<(), CliError> {
     let mut thinking = false;
+    let mut after_call = false;
     write!(out, "assistant: ")?;
     for f in frames {
         match f["type"].as_str().unwrap_or_default() {
+            "tool_call" => write!(
+                out,
+                "\n[tool {} {}] ",
+                printable(f["name"].as_str().unwrap_or_default()),
+                printable(&short_args(
+                    f["args"].as_str().unwrap_or_default(),
+                    CALL_ARGS_CHARS
+                ))
+            )?,
+            "permission" => consent.ask(&f, out)?,
+            "tool_result" => {
+                after_call = true;
+                write!(
+                    out,
+                    "[{}]",
+                    call_status(
+                        f["status"].as_str().unwrap_or_default(),
+                        f["duration_ms"].as_u64().unwrap_or_default()
+                    )
+                )?
+            }
             "status" if f["phase"] == "compacting" => {
                 write!(out, "[compacting the conversation…] ")?
             }
@@ -366,7 +506,15 @@ fn show_frames(frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
             }
             // Each chunk on its own: `printable` needs no state, so a sequence split
             // between chunks is made visible all the same.
-            "chunk" => write!(out, "{}", printable(f["text"].as_str().unwrap_or_default()))?,
+            "chunk" => {
+                let text = f["text"].as_str().unwrap_or_default();
+                // Text after a call starts on a line of its own (a step's text has a blank
+                // line before it only when an earlier step had text).
+                if std::mem::take(&mut after_call) && !text.starts_with('\n') {
+                    writeln!(out)?;
+                }
+                write!(out, "{}", printable(text))?
+            }
             "error" => write!(
                 out,
                 "\n[error {}: {}]",
@@ -403,7 +551,66 @@ fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
         "error" => writeln!(out, "[failed: {}]\n", field("code"))?,
         "compaction" => writeln!(out, "[compacted: {}]", field("summary"))?,
         "title" => writeln!(out, "[renamed to {:?}]", field("title"))?,
+        "tool" => writeln!(
+            out,
+            "[tool {} {}: {}]",
+            field("name"),
+            printable(&short_args(
+                item["args"].as_str().unwrap_or_default(),
+                CALL_ARGS_CHARS
+            )),
+            call_status(
+                item["status"].as_str().unwrap_or_default(),
+                item["duration_ms"].as_u64().unwrap_or_default()
+            )
+        )?,
+        "permission" => writeln!(
+            out,
+            "[asked about {}: {}]",
+            field("name"),
+            match (item["decision"].as_str(), item["by"].as_str()) {
+                (None, _) => "not answered".to_owned(),
+                (Some(d), Some(by)) => format!("{} by {}", printable(d), printable(by)),
+                (Some(d), None) => printable(d).into_owned(),
+            }
+        )?,
         other => writeln!(out, "[{}]", printable(other))?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_yes_and_always_allow() {
+        let a = |l: Option<&str>| {
+            let x = consent_answer(l);
+            (x.allow, x.remember)
+        };
+        for yes in ["y", "Y", " yes ", "YES"] {
+            assert_eq!(a(Some(yes)), (true, false), "{yes}");
+        }
+        for always in ["a", "always", "A\r"] {
+            assert_eq!(a(Some(always)), (true, true), "{always}");
+        }
+        for no in ["n", "no", "", "yy", "sure", "y es", "\u{1b}y"] {
+            assert_eq!(a(Some(no)), (false, false), "{no:?}");
+        }
+        assert_eq!(a(None), (false, false), "the end of input is no");
+    }
+
+    #[test]
+    fn short_args_are_compact_and_cut_on_characters() {
+        assert_eq!(short_args("{ \"a\" : 1 }", 60), "{\"a\":1}");
+        assert_eq!(short_args("not json", 60), "not json");
+        assert_eq!(short_args(&"é".repeat(10), 4), "éééé…");
+    }
+
+    #[test]
+    fn a_call_id_is_one_path_segment() {
+        assert_eq!(path_segment("call_1-a.b~"), "call_1-a.b~");
+        assert_eq!(path_segment("a/b c?é"), "a%2Fb%20c%3F%C3%A9");
+    }
 }

@@ -21,6 +21,7 @@ mod server;
 mod store;
 mod support;
 mod terminal;
+mod tools_chat;
 mod tools_faults;
 mod tools_loop;
 mod tools_registry;
