@@ -162,6 +162,12 @@ export function toolFrames(t, sessionId, place) {
       if (call && call.isConnected) call.before(node); else place(node);
       return true;
     }
+    if (f.type === 'permission_resolved') {
+      // Answered here, in another tab, in the terminal, or by the timeout: say who decided.
+      const q = [...t.querySelectorAll('.permission')].filter((n) => n.dataset.callId === f.call_id).pop();
+      if (q) showDecision(q, f.decision, f.by, f.remember);
+      return true;
+    }
     if (f.type === 'tool_result') {
       const node = calls.get(f.call_id);
       const saved = f.seq != null ? t.querySelector('.tool[data-seq="' + Number(f.seq) + '"]') : null;

@@ -108,15 +108,23 @@ pub(super) fn ask(
         }
     };
     lock(&turn.consent).take();
-    inner.store.append(
+    let decision = if resolution.allow { "allow" } else { "deny" };
+    let resolved = inner.store.append(
         turn.session_id,
         &Payload::PermissionResolved(PermissionResolved {
             call_id: call_id.to_owned(),
-            decision: if resolution.allow { "allow" } else { "deny" }.to_owned(),
+            decision: decision.to_owned(),
             by: resolution.by.to_owned(),
             remember: resolution.remember,
         }),
     )?;
+    turn.push(Frame::PermissionResolved {
+        call_id: call_id.to_owned(),
+        decision: decision.to_owned(),
+        by: resolution.by.to_owned(),
+        remember: resolution.remember,
+        seq: resolved.seq,
+    });
     if resolution.remember {
         inner.remembered.remember(turn.session_id, name);
     }

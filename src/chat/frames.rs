@@ -83,6 +83,16 @@ pub enum Frame {
         args: String,
         seq: u64,
     },
+    /// The question about a call was answered (by the user, or its timeout, a stop or the
+    /// shutdown), so every client can say who decided; `seq` is `permission_resolved`.
+    #[serde(rename = "permission_resolved")]
+    PermissionResolved {
+        call_id: String,
+        decision: String,
+        by: String,
+        remember: bool,
+        seq: u64,
+    },
     /// A call ended; `seq` is its `tool_execution` event.
     #[serde(rename = "tool_result")]
     ToolResult {

@@ -407,6 +407,25 @@ fn denied_unknown_and_malformed_calls_are_recorded_and_the_model_is_told() {
         (&resolved["payload"]["decision"], &resolved["payload"]["by"]),
         (&json!("deny"), &json!("user"))
     );
+    // Every client is told who decided, with the event's seq.
+    let frame = seen
+        .iter()
+        .find(|f| f["type"] == "permission_resolved")
+        .unwrap();
+    assert_eq!(
+        (
+            &frame["call_id"],
+            &frame["decision"],
+            &frame["by"],
+            &frame["seq"]
+        ),
+        (
+            &json!("call_d"),
+            &json!("deny"),
+            &json!("user"),
+            &resolved["seq"]
+        )
+    );
     // The model was told each outcome (the mock quotes the tool messages it got).
     let said: String = seen
         .iter()
