@@ -22,6 +22,7 @@ mod store;
 mod support;
 mod terminal;
 mod tools_loop;
+mod tools_real;
 mod tools_registry;
 mod tools_wire;
 mod transcript;

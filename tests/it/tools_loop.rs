@@ -50,7 +50,7 @@ fn start(test: &str, mock: &MockLlm, dir: &Path, extra: &[&str]) -> Option<ToolB
 }
 
 /// The frames of a POST that streams, as they arrive.
-fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
+pub(crate) fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
     let (tx, rx) = mpsc::channel();
     let full = format!("{url}{path}");
     std::thread::spawn(move || {
@@ -74,7 +74,7 @@ fn stream(url: &str, path: &str, body: Value) -> mpsc::Receiver<Value> {
 }
 
 /// Frames until one of `kind` (returned), with a deadline.
-fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
+pub(crate) fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> Value {
     loop {
         let f = frames
             .recv_timeout(Duration::from_secs(60))
@@ -86,7 +86,7 @@ fn until(frames: &mpsc::Receiver<Value>, kind: &str, seen: &mut Vec<Value>) -> V
     }
 }
 
-fn session(url: &str) -> String {
+pub(crate) fn session(url: &str) -> String {
     let resp = agent()
         .post(&format!("{url}/v1/sessions"))
         .header("Content-Type", "application/json")
@@ -296,7 +296,7 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
 }
 
 /// GET on a bare URL (the `server` helpers take a `Brain`).
-fn call_url(url: &str, path: &str) -> (u16, Value) {
+pub(crate) fn call_url(url: &str, path: &str) -> (u16, Value) {
     let resp = agent().get(&format!("{url}{path}")).call().unwrap();
     let status = resp.status().as_u16();
     (
