@@ -319,3 +319,47 @@ fn mcp_server_time_from_pypi_is_listed_and_called_in_a_turn() {
         "{answer}"
     );
 }
+
+#[test]
+fn tools_list_and_call_reach_one_http_server_by_mcp_url() {
+    let test = "tools_real::tools_list_and_call_reach_one_http_server_by_mcp_url";
+    let Some(entry) = npm_server(test, "server-everything") else {
+        return;
+    };
+    let port = free_port();
+    let _http = everything_http(&entry, port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let db = TempDb::new();
+    let brain = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_brain"))
+            .arg("--db")
+            .arg(db.path())
+            .arg("tools")
+            .args(args)
+            .args(["--mcp-url", &url])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, listing) = brain(&["list"]);
+    assert!(ok, "{listing}");
+    assert!(listing.contains("mcp__get-sum"), "{listing}");
+    assert!(listing.contains("server mcp: ok"), "{listing}");
+    let (ok, sum) = brain(&["call", "mcp__get-sum", r#"{"a": 20, "b": 22}"#]);
+    assert!(ok, "{sum}");
+    assert_eq!(sum.trim(), "The sum of 20 and 22 is 42.");
+    // With a configuration too, it is refused: one or the other.
+    let both = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .args(["tools", "list", "--mcp-config", "x.json", "--mcp-url", &url])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("cannot be used with"),
+        "{both:?}"
+    );
+}
