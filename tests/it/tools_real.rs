@@ -198,9 +198,11 @@ fn server_everything_over_streamable_http_through_brain_goes_away_and_comes_back
 
     // It comes back on the same port: brain connects again (backoff) and calls work.
     let _http = everything_http(&entry, port);
-    wait_for("/health tools ok again", || {
-        call_url(&b.url, "/health").1["tools"] == "ok"
+    // (/health says ok while it is `starting` too: wait for the server itself.)
+    wait_for("the server ok again", || {
+        call_url(&b.url, "/v1/tools").1["servers"][0]["status"] == "ok"
     });
+    assert_eq!(call_url(&b.url, "/health").1["tools"], "ok");
     let (frames, said) = turn(&b, &mock, &id, vec![get_sum("c3", 40, 2)]);
     assert_eq!(statuses(&frames), ["ok"], "{frames:#?}");
     assert!(
