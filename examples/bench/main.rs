@@ -9,6 +9,7 @@
 //! cargo run --release --example bench -- footprint                  # size, start, RSS
 //! cargo run --release --example bench -- http                       # wrk on two routes
 //! cargo run --release --example bench -- local URL [serve flags]     # a small local model
+//! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
 //! ```
 
 mod footprint;
@@ -17,6 +18,7 @@ mod local;
 mod projection;
 mod store;
 mod support;
+mod tools;
 mod turns;
 
 use std::process::ExitCode;
@@ -32,8 +34,11 @@ fn main() -> ExitCode {
         Some("footprint") => footprint::run(),
         Some("http") => http::run(),
         Some("local") => local::run(rest),
+        Some("tools") => tools::run(rest),
         _ => {
-            eprintln!("usage: bench store|projection|first-token|cost|footprint|http|local [args]");
+            eprintln!(
+                "usage: bench store|projection|first-token|cost|footprint|http|local|tools [args]"
+            );
             return ExitCode::from(2);
         }
     };

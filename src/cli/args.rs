@@ -396,6 +396,10 @@ pub enum ToolsCommand {
         /// JSON (as `GET /v1/tools` answers) instead of text
         #[arg(long)]
         json: bool,
+        /// One MCP server at this Streamable HTTP URL, named `mcp` (instead of
+        /// --mcp-config; for checking a server, or MCP's conformance runner)
+        #[arg(long, value_name = "URL", conflicts_with = "mcp_config")]
+        mcp_url: Option<String>,
     },
     /// Run one call and print its result (the exit code says whether it failed)
     Call {
@@ -406,6 +410,10 @@ pub enum ToolsCommand {
         arguments: String,
         #[command(flatten)]
         tools: ToolsArgs,
+        /// One MCP server at this Streamable HTTP URL, named `mcp` (instead of
+        /// --mcp-config; for checking a server, or MCP's conformance runner)
+        #[arg(long, value_name = "URL", conflicts_with = "mcp_config")]
+        mcp_url: Option<String>,
     },
 }
 

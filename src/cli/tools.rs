@@ -16,13 +16,24 @@ impl ToolsArgs {
     /// Starts the tools these flags give (servers up, or failed, within their bound);
     /// `store` is what `search_history` searches.
     pub fn start(&self, store: Option<Arc<crate::session::Store>>) -> Result<Tools, CliError> {
+        self.start_with(store, None)
+    }
+
+    /// As [`Self::start`], the server at `url` (`--mcp-url`) standing for a configuration.
+    fn start_with(
+        &self,
+        store: Option<Arc<crate::session::Store>>,
+        url: Option<&str>,
+    ) -> Result<Tools, CliError> {
         let mode: crate::tools::Mode = self.mode.into();
-        let config = match &self.mcp_config {
+        let config = match (&self.mcp_config, url) {
             // `off` starts nothing, so it reads nothing either.
-            Some(path) if mode != crate::tools::Mode::Off => {
+            _ if mode == crate::tools::Mode::Off => None,
+            (_, Some(url)) => Some(url_config(url)),
+            (Some(path), None) => {
                 Some(config::load(path).map_err(|e| CliError::Tools(e.to_string()))?)
             }
-            _ => None,
+            (None, None) => None,
         };
         Tools::start(ToolsSetup {
             mode,
@@ -41,8 +52,10 @@ pub fn run(
     cmd: ToolsCommand,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let args = match &cmd {
-        ToolsCommand::List { tools, .. } | ToolsCommand::Call { tools, .. } => tools,
+    let (args, url) = match &cmd {
+        ToolsCommand::List { tools, mcp_url, .. } | ToolsCommand::Call { tools, mcp_url, .. } => {
+            (tools, mcp_url.as_deref())
+        }
     };
     // The history, read only, when there is one: without it only search_history fails.
     let store = db_path(db)
@@ -50,7 +63,7 @@ pub fn run(
         .map_err(|e| log::info!("search_history will not work here: {e}"))
         .ok()
         .map(Arc::new);
-    let tools = args.start(store)?;
+    let tools = args.start_with(store, url)?;
     match cmd {
         ToolsCommand::List { json, .. } => list(&tools, json, out),
         ToolsCommand::Call {
@@ -58,6 +71,25 @@ pub fn run(
         } => call(&tools, &name, &arguments, out),
     }
 }
+
+/// The server `--mcp-url` names: `mcp`, over Streamable HTTP, with the usual policies.
+fn url_config(url: &str) -> config::McpConfig {
+    config::McpConfig {
+        servers: vec![config::ServerConfig {
+            name: URL_SERVER.into(),
+            transport: config::Transport::Http {
+                url: url.to_owned(),
+                headers: Vec::new(),
+            },
+            allow: Vec::new(),
+            deny: Vec::new(),
+            timeout: None,
+        }],
+    }
+}
+
+/// The name of the server `--mcp-url` gives (its tools are `mcp__NAME`).
+pub const URL_SERVER: &str = "mcp";
 
 fn list(tools: &Tools, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let status = tools.status();

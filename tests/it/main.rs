@@ -24,6 +24,7 @@ mod terminal;
 mod tools_chat;
 mod tools_faults;
 mod tools_loop;
+mod tools_real;
 mod tools_registry;
 mod tools_wire;
 mod transcript;

@@ -23,7 +23,7 @@ fn soon() -> Instant {
     Instant::now() + DEADLINE
 }
 
-fn root() -> &'static Path {
+pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -172,7 +172,7 @@ fn the_everything_server_over_stdio_calls_renders_and_cancels() {
 }
 
 /// A free port on 127.0.0.1 (a server told to use it binds it next).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -180,7 +180,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {

@@ -93,7 +93,7 @@ impl Shared {
             .send(body)
             .map_err(|e| match e {
                 ureq::Error::Timeout(_) => McpError::Timeout(timeout),
-                other => McpError::Closed(other.to_string()),
+                other => self.gone(other.to_string()),
             })?;
         if let Some(id) = resp
             .headers()
@@ -121,6 +121,14 @@ impl Shared {
             });
         }
         Ok(resp)
+    }
+
+    /// The server cannot be reached (refused, reset): the connection counts as broken, so
+    /// its supervisor reports it and connects again (a server that restarted has
+    /// forgotten the session anyway).
+    fn gone(&self, why: String) -> McpError {
+        *self.broken.lock() = Some(why.clone());
+        McpError::Closed(why)
     }
 
     /// One request, start to end: POST, then its answer from the JSON body or the stream.
@@ -153,9 +161,14 @@ impl Shared {
         let mut buf = vec![0u8; 16 * 1024];
         let mut frames = Vec::new();
         loop {
-            let n = reader
-                .read(&mut buf)
-                .map_err(|e| McpError::Closed(format!("its stream broke: {e}")))?;
+            let n = reader.read(&mut buf).map_err(|e| {
+                // Its deadline passed mid-stream: a slow tool, not a dead server.
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    McpError::Timeout(timeout)
+                } else {
+                    self.gone(format!("its stream broke: {e}"))
+                }
+            })?;
             if n == 0 {
                 return Err(McpError::Closed(
                     "its stream ended without the answer".into(),
@@ -307,5 +320,25 @@ impl Link for HttpLink {
 impl Drop for HttpLink {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_cannot_be_reached_breaks_the_link() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(9);
+        let link = HttpLink::new(&format!("http://127.0.0.1:{port}/mcp"), Vec::new());
+        assert_eq!(link.broken(), None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = link.request("tools/list", None, deadline, &AtomicBool::new(false));
+        assert!(matches!(got, Err(McpError::Closed(_))), "{got:?}");
+        assert!(link.broken().is_some(), "its supervisor must see it gone");
     }
 }
