@@ -145,6 +145,12 @@ fn the_api_lists_real_tools_with_their_policies_and_the_servers_end_with_brain()
             .arg("--mcp-config")
             .arg(&config),
     );
+    // serve waits 10 s for its servers; on a loaded machine one may still be starting.
+    wait_for("every server to be up", || {
+        get(&url, "/v1/tools")["servers"]
+            .as_array()
+            .is_some_and(|all| all.iter().all(|s| s["status"] == "ok"))
+    });
     let listing = get(&url, "/v1/tools");
     let write = tool(&listing, "filesystem__write_file").unwrap();
     assert_eq!(write["policy"], "ask", "{write}");
