@@ -4,8 +4,10 @@ echo,crash); it appends its pid to STAND_IN_PIDFILE when set. `crash` exits mid-
 `add_tool` {"name"} lists one more tool and says so (notifications/tools/list_changed);
 `slow` {"seconds"?: 30} answers after that long on its own thread (it keeps listening,
 and stops without answering when the call is cancelled); `hang` blocks the whole server
-(it answers nothing any more, a cancel and a ping included); every other tool answers its
-name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
+(it answers nothing any more, a cancel and a ping included); `deaf` stops reading its
+input and asks brain for 300,000 pings it never reads the answers to (a server whose
+stdin fills up); `env` answers the names of its environment variables, sorted; every other
+tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
 STAND_IN_LOG names a file it appends every message it receives to (one JSON line each)."""
 import json
 import os
@@ -74,6 +76,13 @@ for line in sys.stdin:
             os._exit(3)
         if name == "hang":
             time.sleep(3600)
+        if name == "deaf":
+            for n in range(300_000):
+                send({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"})
+            time.sleep(3600)
+        if name == "env":
+            text(i, " ".join(sorted(os.environ)))
+            continue
         if name == "slow":
             threading.Thread(target=slow, args=(i, float(args.get("seconds", 30))),
                              daemon=True).start()
