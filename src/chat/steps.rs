@@ -6,6 +6,7 @@
 //! within the attempt). The full results live only here, in memory, for the rest of the
 //! attempt. At most `--max-tool-steps` steps; the last is sent with `tool_choice: "none"`.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -49,11 +50,16 @@ pub(super) fn run(
         })
         .collect();
     let max_steps = inner.settings.tool_limits.max_tool_steps.max(1);
+    let mut used_ids = HashSet::new();
     loop {
         out.begin_step();
         request.tool_choice_none = !request.tools.is_empty() && out.steps >= max_steps;
         let stopped = stream(inner, turn, &request, out);
-        let calls = std::mem::take(&mut out.step_calls);
+        let calls = unique_ids(
+            std::mem::take(&mut out.step_calls),
+            out.steps,
+            &mut used_ids,
+        );
         let more = matches!(stopped, Stopped::Completed)
             && !calls.is_empty()
             && !request.tools.is_empty()
@@ -81,6 +87,40 @@ pub(super) fn run(
         out.join_pending = true;
         out.finish_reason = None;
     }
+}
+
+/// The longest call id kept as the model sent it.
+const MAX_CALL_ID_CHARS: usize = 64;
+
+/// Call ids unique within the attempt and safe in a URL path segment: an answer to a
+/// permission question names its call by id, so an id the model repeats in a later step
+/// (some servers number calls `call_0` in every step), leaves empty, or fills with `/` or
+/// control characters is replaced by `call_<step>_<n>`; the model is sent the new id with
+/// its call and result, so its conversation stays consistent.
+fn unique_ids(calls: Vec<ToolCall>, step: u32, used: &mut HashSet<String>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut call)| {
+            let safe = !call.id.is_empty()
+                && call.id.chars().count() <= MAX_CALL_ID_CHARS
+                && call
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !safe || used.contains(&call.id) {
+                let mut id = format!("call_{step}_{n}");
+                let mut k = 0;
+                while used.contains(&id) {
+                    k += 1;
+                    id = format!("call_{step}_{n}_{k}");
+                }
+                call.id = id;
+            }
+            used.insert(call.id.clone());
+            call
+        })
+        .collect()
 }
 
 /// Runs one step's calls in order; the content sent back for each.
@@ -211,6 +251,19 @@ fn run_one(
             format!("there is no tool named {:?}", call.name),
         ));
     };
+    // What the user is asked about is exactly what the tool gets: the arguments as parsed
+    // (a repeated key keeps its last value), whole. Arguments too long to show whole are
+    // refused rather than shown cut (a cut could hide what the call really does).
+    let canonical = args.to_string();
+    if canonical.len() > MAX_ARGS_BYTES {
+        return Ok(Ran::failed(
+            status::ERROR,
+            format!(
+                "the arguments are {} bytes; at most {MAX_ARGS_BYTES} are accepted",
+                canonical.len()
+            ),
+        ));
+    }
     match spec.policy {
         Policy::Deny => {
             return Ok(Ran::failed(status::DENIED, DENIED_NOTE.into()));
@@ -222,14 +275,7 @@ fn run_one(
                 .allows(&inner.store, turn.session_id, &spec.name)?
             {
                 let timeout = inner.settings.tool_limits.permission_timeout;
-                let answer = consent::ask(
-                    inner,
-                    turn,
-                    &call.id,
-                    &spec.name,
-                    &cut_bytes(&call.arguments, MAX_ARGS_BYTES),
-                    timeout,
-                )?;
+                let answer = consent::ask(inner, turn, &call.id, &spec.name, &canonical, timeout)?;
                 if !answer.allow {
                     let cancelled = matches!(
                         answer.by,
@@ -297,6 +343,28 @@ pub fn digest(result: &str) -> ResultDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn call_ids_are_unique_in_the_attempt_and_safe_in_a_path() {
+        let mut used = HashSet::new();
+        let one = unique_ids(vec![call("call_0"), call("a/b"), call("")], 1, &mut used);
+        let ids: Vec<&str> = one.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_0", "call_1_1", "call_1_2"]);
+        // A later step repeating an id gets a new one.
+        let two = unique_ids(vec![call("call_0"), call("ok-id")], 2, &mut used);
+        let ids: Vec<&str> = two.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_2_0", "ok-id"]);
+        let long = unique_ids(vec![call(&"x".repeat(65))], 3, &mut used);
+        assert_eq!(long[0].id, "call_3_0");
+    }
 
     #[test]
     fn a_digest_has_the_size_the_hash_and_a_bounded_preview() {

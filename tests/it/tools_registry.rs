@@ -647,3 +647,25 @@ fn a_server_that_stops_reading_its_input_blocks_nobody() {
         closing.elapsed()
     );
 }
+
+/// A server that is down keeps its tools offered (I3: the next turn's definitions are the
+/// same, so the prompt cache holds; and a call of one is what starts it again, SPEC §13).
+#[test]
+fn a_server_that_is_down_keeps_its_tools_offered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = stand_in("echo,crash", None);
+    server["env"]["STAND_IN_START_ONCE"] = json!(dir.path().join("started"));
+    let tools = start(json!({"stand": server}));
+    let before: Vec<String> = tools.offered().into_iter().map(|t| t.name).collect();
+    assert!(before.contains(&"stand__echo".to_owned()), "{before:?}");
+    let crashed = tools.call("stand__crash", &json!({}), soon(), &never());
+    assert_eq!(crashed.status, ToolStatus::Error, "{crashed:?}");
+    wait_for("the restart to fail", || {
+        tools.status().servers[0].status == ServerState::Failed
+    });
+    let after: Vec<String> = tools.offered().into_iter().map(|t| t.name).collect();
+    assert_eq!(before, after);
+    // Called while down: a clear error, not a hang.
+    let echo = tools.call("stand__echo", &json!({}), soon(), &never());
+    assert_eq!(echo.status, ToolStatus::Error, "{echo:?}");
+}

@@ -8,7 +8,8 @@ and stops without answering when the call is cancelled); `hang` blocks the whole
 input and asks brain for 300,000 pings it never reads the answers to (a server whose
 stdin fills up); `env` answers the names of its environment variables, sorted; every other
 tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
-STAND_IN_LOG names a file it appends every message it receives to (one JSON line each)."""
+STAND_IN_LOG names a file it appends every message it receives to (one JSON line each);
+STAND_IN_START_ONCE names a file that makes every start after the first fail."""
 import json
 import os
 import sys
@@ -20,6 +21,14 @@ pidfile = os.environ.get("STAND_IN_PIDFILE")
 if pidfile:
     with open(pidfile, "a") as f:
         f.write(f"{os.getpid()}\n")
+# STAND_IN_START_ONCE names a file: the first start creates it, every later start fails
+# (a server that cannot come back after a crash).
+once = os.environ.get("STAND_IN_START_ONCE")
+if once:
+    if os.path.exists(once):
+        sys.stderr.write("stand-in: refusing to start again\n")
+        sys.exit(1)
+    open(once, "w").close()
 log = os.environ.get("STAND_IN_LOG")
 out = threading.Lock()
 cancelled = set()
