@@ -34,21 +34,11 @@ pub(super) fn run(
     turn: &ActiveTurn,
     mut request: ChatRequest,
     model: &str,
+    offered: &[ToolSpec],
+    limit_tokens: u64,
     out: &mut Streamed,
 ) -> Stopped {
-    let offered = if inner.provider.offers_tools(model) {
-        inner.tools.offered()
-    } else {
-        Vec::new()
-    };
-    request.tools = offered
-        .iter()
-        .map(|t| ToolDef {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-        })
-        .collect();
+    request.tools = definitions(offered);
     let max_steps = inner.settings.tool_limits.max_tool_steps.max(1);
     let mut used_ids = HashSet::new();
     loop {
@@ -75,7 +65,7 @@ pub(super) fn run(
             return Stopped::Store(e);
         }
         let step = out.steps;
-        let results = match run_calls(inner, turn, &offered, step, &calls) {
+        let results = match run_calls(inner, turn, offered, step, &calls) {
             Ok(r) => r,
             Err(stopped) => return stopped,
         };
@@ -84,8 +74,70 @@ pub(super) fn run(
             calls,
             results,
         });
+        fit_window(inner, &mut request, limit_tokens);
         out.join_pending = true;
         out.finish_reason = None;
+    }
+}
+
+fn definitions(offered: &[ToolSpec]) -> Vec<ToolDef> {
+    offered
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.clone(),
+        })
+        .collect()
+}
+
+/// The estimated tokens of the tool definitions a request carries.
+pub(super) fn definitions_tokens(inner: &Inner, offered: &[ToolSpec]) -> u64 {
+    if offered.is_empty() {
+        return 0;
+    }
+    let wire = crate::provider::wire::tools_json(&definitions(offered));
+    inner.estimator.count(&wire.to_string())
+}
+
+/// What replaces the part of a result the window has no room for.
+const NO_ROOM_NOTE: &str = "[the rest of this result did not fit in the model's context window]";
+/// Bytes per estimated token when cutting a result to fit (a low guess: cutting by it
+/// leaves the request at or under its estimate).
+const BYTES_PER_TOKEN_LOW: usize = 2;
+
+/// Keeps the next step's request within the window (I4): when the newest step's results
+/// push it over, each of them is cut to an equal share of the room left, with a note, so
+/// the model still learns what each call did.
+fn fit_window(inner: &Inner, request: &mut ChatRequest, limit_tokens: u64) {
+    let size = |r: &ChatRequest| {
+        inner
+            .estimator
+            .count(&crate::provider::wire::request_body(r, true).to_string())
+    };
+    let total = size(request);
+    if total <= limit_tokens {
+        return;
+    }
+    let Some(step) = request.steps.last_mut() else {
+        return;
+    };
+    let results_tokens: u64 = step
+        .results
+        .iter()
+        .map(|(_, c)| inner.estimator.count(c))
+        .sum();
+    let room = limit_tokens.saturating_sub(total.saturating_sub(results_tokens));
+    let share = (room as usize / step.results.len().max(1)) * BYTES_PER_TOKEN_LOW;
+    for (_, content) in &mut step.results {
+        if content.len() <= share {
+            continue;
+        }
+        let mut end = share.saturating_sub(NO_ROOM_NOTE.len() + 1);
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        *content = format!("{}\n{NO_ROOM_NOTE}", &content[..end]);
     }
 }
 

@@ -645,3 +645,58 @@ fn the_question_shows_exactly_what_runs() {
         .collect();
     assert_eq!(statuses, ["error", "ok"]);
 }
+
+/// A step's results never push the next request past the window (I4): a 60 KB file read
+/// by a model with a 4,096-token window reaches it cut to the room left, with a note.
+#[test]
+fn results_are_cut_to_the_room_left_in_the_window() {
+    let test = "tools_loop::results_are_cut_to_the_room_left_in_the_window";
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(b) = start(test, &mock, dir.path(), &[]) else {
+        return;
+    };
+    let id = session(&b.url);
+    let big = dir.path().join("big.txt");
+    let words: String = (0..10_000).map(|i| format!("w{i} ")).collect();
+    std::fs::write(&big, &words).unwrap();
+    mock.script(json!([
+        {"kind": "stream", "tool_calls": [{"id": "r", "name": "fs__read_text_file",
+                                            "arguments": json!({"path": big}).to_string()}]},
+        {"kind": "stream", "text": "read it"},
+    ]));
+    let frames = stream(
+        &b.url,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "read"}),
+    );
+    let mut seen = Vec::new();
+    assert_eq!(
+        until(&frames, "end", &mut seen)["status"],
+        "completed",
+        "{seen:#?}"
+    );
+    let second = streamed(&mock).pop().unwrap();
+    let sent = second["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.starts_with("w0 w1 "),
+        "{}",
+        &sent[..40.min(sent.len())]
+    );
+    assert!(
+        sent.ends_with("[the rest of this result did not fit in the model's context window]"),
+        "{}",
+        &sent[sent.len().saturating_sub(120)..]
+    );
+    // Well under 4,096 tokens of text (the request also carries the tools and the rest).
+    assert!(sent.len() < 4096 * 2, "{} bytes", sent.len());
+    // The log's digest is of the whole result, not of what fit.
+    let exec = events(&b, &id)
+        .into_iter()
+        .find(|e| e["kind"] == "tool_execution")
+        .unwrap();
+    assert!(exec["payload"]["result_digest"]["bytes"].as_u64().unwrap() >= words.len() as u64 - 1);
+}

@@ -669,3 +669,26 @@ fn a_server_that_is_down_keeps_its_tools_offered() {
     let echo = tools.call("stand__echo", &json!({}), soon(), &never());
     assert_eq!(echo.status, ToolStatus::Error, "{echo:?}");
 }
+
+/// A server listing more tools than brain offers is refused with a message saying how to
+/// fix it, and the other servers work.
+#[test]
+fn a_server_listing_too_many_tools_is_refused() {
+    let names: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
+    let tools = start(json!({
+        "many": stand_in(&names.join(","), None),
+        "few": stand_in("echo", None),
+    }));
+    let status = tools.status();
+    let many = status.servers.iter().find(|s| s.name == "many").unwrap();
+    assert_eq!(many.status, ServerState::Failed, "{many:?}");
+    assert!(
+        many.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("at most 256"),
+        "{many:?}"
+    );
+    let echo = tools.call("few__echo", &json!({}), soon(), &never());
+    assert_eq!(echo.status, ToolStatus::Ok, "{echo:?}");
+}
