@@ -315,7 +315,17 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             },
             None,
         ),
+        ItemBody::Rewind { to_seq, edited_seq } => (
+            format!("── edited #{edited_seq}: the conversation goes on from #{to_seq} ──"),
+            None,
+        ),
         ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),
+    };
+    // An earlier version stays in the history, marked (SPEC §14).
+    let head = if item.abandoned {
+        format!("[earlier version] {head}")
+    } else {
+        head
     };
     // The head quotes titles, models and error messages: untrusted too.
     writeln!(out, "#{} {at}  {}", item.seq, printable(&head))?;

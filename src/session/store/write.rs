@@ -61,7 +61,11 @@ impl<'a> Writer<'a> {
                  VALUES (?1, ?2, 0, ?3, ?4, ?4)",
             )?
             .execute(params![id.to_string(), title, system, now])?;
-        let started = Payload::SessionStarted(SessionStarted { title, system });
+        let started = Payload::SessionStarted(SessionStarted {
+            title,
+            system,
+            forked_from: None,
+        });
         self.insert_event(id, started.kind(), &started.to_json(), &now)?;
         self.session(id)
     }
