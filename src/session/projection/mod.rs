@@ -19,7 +19,10 @@ use serde::Serialize;
 
 mod tree;
 
-pub use tree::{abandoned, visible, visible_compaction_boundary};
+pub use tree::{
+    BadForkPoint, NotEditable, abandoned, check_edit, fork_point, visible,
+    visible_compaction_boundary,
+};
 
 use super::events::{
     AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState,
