@@ -8,6 +8,7 @@ mod cli;
 mod compaction;
 mod crash;
 mod edges;
+mod edit_api;
 mod edit_store;
 mod engine;
 mod ledger;
