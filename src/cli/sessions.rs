@@ -28,6 +28,9 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
         SessionsCommand::Compact { id, provider, .. } => {
             compact(&shared, id.parse()?, &provider, out)
         }
+        SessionsCommand::Fork { id, at, json, .. } => {
+            super::fork::in_process(store, id.parse()?, at, json, out)
+        }
         SessionsCommand::Export {
             id,
             all: _,
@@ -441,10 +444,15 @@ fn search(
     for h in &hits {
         writeln!(
             out,
-            "{}  #{} {}  {}\n    {}",
+            "{}  #{} {}{}  {}\n    {}",
             h.session_id,
             h.seq,
             crate::session::search::label(&h.kind),
+            if h.abandoned {
+                " (earlier version)"
+            } else {
+                ""
+            },
             printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;

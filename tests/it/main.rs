@@ -9,6 +9,7 @@ mod compaction;
 mod crash;
 mod edges;
 mod edit_api;
+mod edit_cli;
 mod edit_store;
 mod engine;
 mod ledger;

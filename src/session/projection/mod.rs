@@ -20,7 +20,7 @@ use serde::Serialize;
 mod tree;
 
 pub use tree::{
-    BadForkPoint, NotEditable, abandoned, check_edit, fork_point, visible,
+    BadForkPoint, NotEditable, abandoned, check_edit, fork_point, is_abandoned, visible,
     visible_compaction_boundary,
 };
 

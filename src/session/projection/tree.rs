@@ -27,6 +27,22 @@ pub fn abandoned(events: &[Event]) -> Vec<bool> {
     hidden
 }
 
+/// Whether a later visible rewind hides the event at `seq`. `rewinds` need hold only the
+/// session's rewinds, in seq order (a rewind's own visibility depends on later rewinds
+/// alone): how a search hit learns it lies in an abandoned branch.
+pub fn is_abandoned(rewinds: &[Event], seq: u64) -> bool {
+    let hidden = abandoned(rewinds);
+    rewinds
+        .iter()
+        .zip(hidden)
+        .filter(|(_, h)| !h)
+        .filter_map(|(e, _)| match e.decode() {
+            Decoded::Known(Payload::Rewind(r)) => Some((r.to_seq, e.seq)),
+            _ => None,
+        })
+        .any(|(to, w)| to < seq && seq < w)
+}
+
 /// The events step 0 leaves visible, in their order.
 pub fn visible(events: &[Event]) -> Vec<&Event> {
     events
@@ -208,6 +224,27 @@ mod tests {
         // The edit hid the newer compaction: the older one's boundary counts again.
         assert_eq!(check(&log, u2), Ok(()));
         assert_eq!(check(&log, u1), Err(NotEditable::Compacted(u1, a1)));
+    }
+
+    #[test]
+    fn the_rewinds_alone_tell_whether_an_event_is_abandoned() {
+        let mut log = Log::new("s");
+        let u1 = log.user("one");
+        log.answer(u1, 1, "first");
+        let u2 = log.user("two");
+        let v2 = log.edit(u2, "two, v2");
+        log.edit(u1, "one, v2");
+        let rewinds: Vec<Event> = log
+            .events
+            .iter()
+            .filter(|e| e.kind == kind::REWIND)
+            .cloned()
+            .collect();
+        let hidden = abandoned(&log.events);
+        for (e, h) in log.events.iter().zip(hidden) {
+            assert_eq!(is_abandoned(&rewinds, e.seq), h, "seq {}", e.seq);
+        }
+        assert!(is_abandoned(&rewinds, v2));
     }
 
     #[test]

@@ -123,17 +123,22 @@ pub(super) fn events_after(
 /// The session's rewinds and compactions, in seq order: all step 0 needs to tell which
 /// compaction is the newest visible one (each kind found through its partial index).
 pub(super) fn shaping_events(conn: &Connection, id: SessionId) -> Result<Vec<Event>> {
-    let mut events = Vec::new();
-    for k in [kind::COMPACTION_APPLIED, kind::REWIND] {
-        let mut stmt = conn.prepare_cached(
-            "SELECT seq, kind, payload, created_at FROM session_events
-             WHERE session_id = ?1 AND kind = ?2 ORDER BY seq",
-        )?;
-        let rows = stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?;
-        for row in rows {
-            events.push(row?);
-        }
-    }
+    let mut events = events_of_kind(conn, id, kind::COMPACTION_APPLIED)?;
+    events.extend(rewinds(conn, id)?);
     events.sort_by_key(|e| e.seq);
     Ok(events)
+}
+
+/// The session's rewinds, in seq order.
+pub(super) fn rewinds(conn: &Connection, id: SessionId) -> Result<Vec<Event>> {
+    events_of_kind(conn, id, kind::REWIND)
+}
+
+fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, payload, created_at FROM session_events
+         WHERE session_id = ?1 AND kind = ?2 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
