@@ -6,6 +6,7 @@
 
 mod args;
 mod chat;
+mod chat_edit;
 mod fork;
 pub mod lock;
 mod serve;

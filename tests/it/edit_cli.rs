@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use brain::session::projection::llm_context;
+
 use crate::server::{Brain, call};
 use crate::support::*;
 
@@ -123,4 +125,91 @@ fn sessions_fork_in_process_and_through_the_server() {
     let (_, a) = call(&b, "GET", &format!("/v1/sessions/{id}/context"), None);
     let (_, f) = call(&b, "GET", &format!("/v1/sessions/{fid}/context"), None);
     assert_eq!(a, f);
+}
+
+fn chat(db: &TempDb, args: &[&str], stdin: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    stdout(&out)
+}
+
+/// `/edit` (inline and asked for) and `/fork` in `brain chat`, checked in the log.
+fn edit_and_fork_in_chat(db: &TempDb, args: &[&str]) {
+    let out = chat(
+        db,
+        args,
+        "first line\nsecond line\n/edit second, inline\n/edit\nsecond, asked\n/fork\nin the fork\n",
+    );
+    assert!(
+        out.contains("to: second, inline") && out.contains("to: second, asked"),
+        "{out}"
+    );
+    assert!(out.contains("new text › second, asked"), "{out}");
+    let fork: String = out
+        .split("[forked into session ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    let store = db.open();
+    let source = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let kinds = |id| -> Vec<String> {
+        store
+            .events(id, 0, None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .filter(|k| k != "turn_memory" && k != "session_titled")
+            .collect()
+    };
+    let src = kinds(source);
+    assert_eq!(src.iter().filter(|k| *k == "rewind").count(), 2, "{src:?}");
+    // What the model sees, turn memory (written in the background, in-process) aside.
+    let said = |id| -> Vec<String> {
+        llm_context(&store.events_for_context(id).unwrap())
+            .messages
+            .iter()
+            .flat_map(|m| {
+                m.content
+                    .split("\n\n")
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|t| !t.starts_with("[turn memory]"))
+            .collect()
+    };
+    let texts = said(source);
+    assert_eq!(texts.len(), 4, "{texts:?}");
+    assert_eq!(texts[0], "first line");
+    assert_eq!(texts[2], "second, asked");
+    // The fork holds the source's conversation and then the message sent in it.
+    let forked = said(fork.parse().unwrap());
+    assert_eq!(forked[..4], texts[..]);
+    assert_eq!(forked[4], "in the fork");
+}
+
+#[test]
+fn chat_edit_and_fork_in_process_and_through_the_server() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    edit_and_fork_in_chat(&db, &["chat", "--provider-url", &mock.url]);
+    let db = TempDb::new();
+    let _b = Brain::start(&db, &mock.url, &[]);
+    edit_and_fork_in_chat(&db, &["chat"]);
 }
