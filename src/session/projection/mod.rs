@@ -530,6 +530,8 @@ fn failed_item(f: &TurnFailed) -> ItemBody {
 #[cfg(test)]
 mod examples;
 #[cfg(test)]
+mod examples_partials;
+#[cfg(test)]
 mod properties;
 #[cfg(test)]
 mod rewind_examples;
