@@ -199,8 +199,8 @@ function streamInto(adopted, mine) {
 export async function runStream(path, body, id, adopted, opts = {}) {
   const mine = view;
   setStreaming(true);
-  // A new answer or an edit: every pager shows the newest again.
-  showNewest();
+  // A new message, answer or edit (not a re-attach): every pager shows the newest again.
+  if (body) showNewest();
   let accepted = false;
   try {
     const res = await fetch(path, { method: body ? 'POST' : 'GET', headers: headers(!!body), body: body ? JSON.stringify(body) : undefined });
