@@ -6,6 +6,7 @@ use serde_json::json;
 use crate::chat::engine::EngineError;
 use crate::session::StoreError;
 use crate::session::cursor::CursorError;
+use crate::session::projection::BadForkPoint;
 
 /// An answer that is an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,15 @@ impl From<StoreError> for ApiError {
             StoreError::BadQuery(m) => {
                 ApiError::new(400, "bad_query", format!("bad search query: {m}"))
             }
+            StoreError::NotEditable(why) => ApiError::new(
+                409,
+                "not_editable",
+                format!("that message cannot be edited: {why}"),
+            ),
+            StoreError::BadForkPoint(why @ BadForkPoint::InsideActiveAttempt(..)) => {
+                ApiError::new(409, "turn_in_flight", why.to_string())
+            }
+            StoreError::BadForkPoint(why) => ApiError::bad_request(why.to_string()),
             other => ApiError::internal(other),
         }
     }
@@ -88,6 +98,7 @@ impl From<CursorError> for ApiError {
 mod tests {
     use super::*;
     use crate::session::SessionId;
+    use crate::session::projection::NotEditable;
 
     #[test]
     fn errors_map_to_the_specs_codes_and_hide_internals() {
@@ -97,6 +108,12 @@ mod tests {
         assert_eq!((e.status, e.code), (500, "internal"));
         assert!(!e.message.contains("secret"));
         let e: ApiError = EngineError::TurnInFlight.into();
+        assert_eq!((e.status, e.code), (409, "turn_in_flight"));
+        let e: ApiError = StoreError::NotEditable(NotEditable::Abandoned(4)).into();
+        assert_eq!((e.status, e.code), (409, "not_editable"));
+        let e: ApiError = StoreError::BadForkPoint(BadForkPoint::Zero).into();
+        assert_eq!((e.status, e.code), (400, "bad_request"));
+        let e: ApiError = StoreError::BadForkPoint(BadForkPoint::InsideActiveAttempt(5, 4)).into();
         assert_eq!((e.status, e.code), (409, "turn_in_flight"));
         let e: ApiError = CursorError::Half.into();
         assert_eq!((e.status, e.code), (400, "bad_request"));

@@ -116,7 +116,17 @@ fn session_route(
             let message = string_field(&body, "message")?
                 .ok_or_else(|| ApiError::bad_request("`message` is required"))?;
             let model = string_field(&body, "model")?;
-            Ok(Reply::Stream(id, engine.send(id, &message, model)?))
+            let sub = match seq_field(&body, "edit_of")? {
+                Some(edited) => engine.edit(id, edited, &message, model)?,
+                None => engine.send(id, &message, model)?,
+            };
+            Ok(Reply::Stream(id, sub))
+        }
+        ("POST", ["fork"]) => {
+            let body = json_body(req)?;
+            let through = seq_field(&body, "through_seq")?;
+            let row = engine.fork(id, through)?;
+            Ok(Reply::Answer(http::json(201, &session_json(api, &row))))
         }
         ("POST", ["retry"]) => {
             let body = json_body(req)?;
@@ -159,13 +169,27 @@ fn session_route(
             )?;
             Ok(Reply::Answer(http::json(200, &json!({}))))
         }
-        (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events"])
+        (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events" | "fork"])
         | (_, ["permissions", _]) => Err(ApiError::new(
             405,
             "method_not_allowed",
             format!("{method} is not allowed here"),
         )),
         _ => Err(ApiError::not_found("no such route")),
+    }
+}
+
+/// An optional seq field: an integer from 1 to [`MAX_SEQ`]; anything else (a string, a
+/// fraction, 0, a negative or huge number) is a 400.
+fn seq_field(body: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(seq) if (1..=MAX_SEQ).contains(&seq) => Ok(Some(seq)),
+            _ => Err(ApiError::bad_request(format!(
+                "`{name}` must be a seq: an integer from 1 to {MAX_SEQ}"
+            ))),
+        },
     }
 }
 

@@ -39,6 +39,7 @@ pub fn hit(h: &SearchHit) -> Value {
         "snippet": h.snippet,
         "highlights": h.highlights,
         "created_at": h.created_at,
+        "abandoned": h.abandoned,
     })
 }
 

@@ -82,6 +82,8 @@ pub(super) enum Stopped {
 struct Serving {
     model: String,
     budget: Budget,
+    /// The tools offered to the model in this attempt (none for a tool-less model).
+    offered: Vec<crate::tools::ToolSpec>,
 }
 
 /// Runs the attempt; a panic inside it (a bug) still ends it, as `internal`, so the
@@ -134,7 +136,15 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
     let mut out = Streamed::default();
     let (serving, stopped) = match prepare(inner, turn, model) {
         Ok((serving, request)) => {
-            let stopped = super::steps::run(inner, turn, request, &serving.model, &mut out);
+            let stopped = super::steps::run(
+                inner,
+                turn,
+                request,
+                &serving.model,
+                &serving.offered,
+                serving.budget.limit_tokens(),
+                &mut out,
+            );
             (Some(serving), stopped)
         }
         Err(stopped) => (None, stopped),
@@ -190,10 +200,18 @@ fn prepare(
         Ok::<_, ProviderError>((model, window))
     })?
     .map_err(Stopped::Error)?;
+    // The tool definitions go with every request: they take room in the window like the
+    // answer's reserve, so compaction makes room for them (I4).
+    let offered = if inner.provider.offers_tools(&model) {
+        inner.tools.offered()
+    } else {
+        Vec::new()
+    };
+    let tools_tokens = super::steps::definitions_tokens(inner, &offered);
     let budget = Budget {
         window: window.tokens,
         compact_at: s.compact_at,
-        output_reserve: s.max_output_tokens.map_or(0, u64::from),
+        output_reserve: s.max_output_tokens.map_or(0, u64::from) + tools_tokens,
     };
     let (_, tokens) = inner
         .compactor
@@ -250,7 +268,14 @@ fn prepare(
         tool_choice_none: false,
         steps: vec![],
     };
-    Ok((Serving { model, budget }, request))
+    Ok((
+        Serving {
+            model,
+            budget,
+            offered,
+        },
+        request,
+    ))
 }
 
 fn compaction_stop(e: CompactionError) -> Stopped {

@@ -83,17 +83,30 @@ pub(super) fn ask(
         seq: asked.seq,
     });
     let deadline = Instant::now() + timeout;
+    // A stop, the shutdown or the timeout ends the wait; an answer that arrived just
+    // before counts (the slot is closed first, so no answer is ever taken and ignored).
+    let late_answer = |by: &'static str| {
+        lock(&turn.consent).take();
+        match rx.try_recv() {
+            Ok(a) => Resolution {
+                allow: a.allow,
+                by: resolved_by::USER,
+                remember: a.allow && a.remember,
+            },
+            Err(_) => deny(by),
+        }
+    };
     let resolution = loop {
         if let Some(i) = turn.interrupt() {
             let by = match i {
                 Interrupt::Stopped => resolved_by::STOP,
                 Interrupt::Shutdown => resolved_by::SHUTDOWN,
             };
-            break deny(by);
+            break late_answer(by);
         }
         let now = Instant::now();
         if now >= deadline {
-            break deny(resolved_by::TIMEOUT);
+            break late_answer(resolved_by::TIMEOUT);
         }
         match rx.recv_timeout(STOP_POLL.min(deadline - now)) {
             Ok(a) => {

@@ -215,6 +215,31 @@ impl Engine {
         text: &str,
         model: Option<String>,
     ) -> Result<Subscription, EngineError> {
+        self.send_or_edit(id, text, None, model)
+    }
+
+    /// Edits the user message at `edited_seq` and sends the new text (SPEC §14): the
+    /// `rewind` and the new `user_message` are written in one transaction, after the I7
+    /// check, then the turn runs. 409 `not_editable` (a [`StoreError::NotEditable`])
+    /// unless the message is a user message of the current branch after the newest
+    /// visible compaction's boundary; `turn_in_flight` while a turn runs, as for any send.
+    pub fn edit(
+        &self,
+        id: SessionId,
+        edited_seq: u64,
+        text: &str,
+        model: Option<String>,
+    ) -> Result<Subscription, EngineError> {
+        self.send_or_edit(id, text, Some(edited_seq), model)
+    }
+
+    fn send_or_edit(
+        &self,
+        id: SessionId,
+        text: &str,
+        edit_of: Option<u64>,
+        model: Option<String>,
+    ) -> Result<Subscription, EngineError> {
         self.accepting()?;
         if text.trim().is_empty() {
             return Err(EngineError::EmptyMessage);
@@ -223,10 +248,15 @@ impl Engine {
         if text.len() > limit {
             return Err(EngineError::MessageTooLarge(text.len(), limit));
         }
+        // The I7 check and the appends happen under the registry's lock, so a concurrent
+        // send or edit of the same session either comes first or gets `turn_in_flight`.
         let mut turns = lock(&self.inner.turns);
         self.admit(&turns, id)?;
         // I2: the user message is durable before any provider call.
         let seq = self.inner.store.write(|w| {
+            if let Some(edited) = edit_of {
+                return Ok(w.edit(id, edited, text)?.seq);
+            }
             if w.session(id)?.archived {
                 w.set_archived(id, false)?;
             }
@@ -239,6 +269,31 @@ impl Engine {
             .seq)
         })?;
         Ok(self.start(&mut turns, ActiveTurn::new(id, seq, 1), model))
+    }
+
+    /// Forks the session through `through_seq` (default: the newest event of the current
+    /// branch that is not part of a running attempt) into a new session (SPEC §14). A
+    /// seq inside the running attempt is refused (`turn_in_flight`); 0 or one past the
+    /// end is a bad request.
+    pub fn fork(
+        &self,
+        id: SessionId,
+        through_seq: Option<u64>,
+    ) -> Result<crate::session::SessionRow, EngineError> {
+        self.accepting()?;
+        // Held across the write so the attempt seen is the one running while the copy is
+        // made (an attempt that starts later writes after it).
+        let turns = lock(&self.inner.turns);
+        let active = turns
+            .get(&id)
+            .filter(|t| !t.is_done())
+            .map(|t| (t.turn, t.attempt));
+        let row = self
+            .inner
+            .store
+            .write(|w| w.fork(id, through_seq, active))?;
+        drop(turns);
+        Ok(row)
     }
 
     /// Starts a new attempt of the newest user message, with exactly its original request.

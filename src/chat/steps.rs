@@ -6,6 +6,7 @@
 //! within the attempt). The full results live only here, in memory, for the rest of the
 //! attempt. At most `--max-tool-steps` steps; the last is sent with `tool_choice: "none"`.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -33,27 +34,22 @@ pub(super) fn run(
     turn: &ActiveTurn,
     mut request: ChatRequest,
     model: &str,
+    offered: &[ToolSpec],
+    limit_tokens: u64,
     out: &mut Streamed,
 ) -> Stopped {
-    let offered = if inner.provider.offers_tools(model) {
-        inner.tools.offered()
-    } else {
-        Vec::new()
-    };
-    request.tools = offered
-        .iter()
-        .map(|t| ToolDef {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-        })
-        .collect();
+    request.tools = definitions(offered);
     let max_steps = inner.settings.tool_limits.max_tool_steps.max(1);
+    let mut used_ids = HashSet::new();
     loop {
         out.begin_step();
         request.tool_choice_none = !request.tools.is_empty() && out.steps >= max_steps;
         let stopped = stream(inner, turn, &request, out);
-        let calls = std::mem::take(&mut out.step_calls);
+        let calls = unique_ids(
+            std::mem::take(&mut out.step_calls),
+            out.steps,
+            &mut used_ids,
+        );
         let more = matches!(stopped, Stopped::Completed)
             && !calls.is_empty()
             && !request.tools.is_empty()
@@ -69,7 +65,7 @@ pub(super) fn run(
             return Stopped::Store(e);
         }
         let step = out.steps;
-        let results = match run_calls(inner, turn, &offered, step, &calls) {
+        let results = match run_calls(inner, turn, offered, step, &calls) {
             Ok(r) => r,
             Err(stopped) => return stopped,
         };
@@ -78,9 +74,105 @@ pub(super) fn run(
             calls,
             results,
         });
+        fit_window(inner, &mut request, limit_tokens);
         out.join_pending = true;
         out.finish_reason = None;
     }
+}
+
+fn definitions(offered: &[ToolSpec]) -> Vec<ToolDef> {
+    offered
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.clone(),
+        })
+        .collect()
+}
+
+/// The estimated tokens of the tool definitions a request carries.
+pub(super) fn definitions_tokens(inner: &Inner, offered: &[ToolSpec]) -> u64 {
+    if offered.is_empty() {
+        return 0;
+    }
+    let wire = crate::provider::wire::tools_json(&definitions(offered));
+    inner.estimator.count(&wire.to_string())
+}
+
+/// What replaces the part of a result the window has no room for.
+const NO_ROOM_NOTE: &str = "[the rest of this result did not fit in the model's context window]";
+/// Bytes per estimated token when cutting a result to fit (a low guess: cutting by it
+/// leaves the request at or under its estimate).
+const BYTES_PER_TOKEN_LOW: usize = 2;
+
+/// Keeps the next step's request within the window (I4): when the newest step's results
+/// push it over, each of them is cut to an equal share of the room left, with a note, so
+/// the model still learns what each call did.
+fn fit_window(inner: &Inner, request: &mut ChatRequest, limit_tokens: u64) {
+    let size = |r: &ChatRequest| {
+        inner
+            .estimator
+            .count(&crate::provider::wire::request_body(r, true).to_string())
+    };
+    let total = size(request);
+    if total <= limit_tokens {
+        return;
+    }
+    let Some(step) = request.steps.last_mut() else {
+        return;
+    };
+    let results_tokens: u64 = step
+        .results
+        .iter()
+        .map(|(_, c)| inner.estimator.count(c))
+        .sum();
+    let room = limit_tokens.saturating_sub(total.saturating_sub(results_tokens));
+    let share = (room as usize / step.results.len().max(1)) * BYTES_PER_TOKEN_LOW;
+    for (_, content) in &mut step.results {
+        if content.len() <= share {
+            continue;
+        }
+        let mut end = share.saturating_sub(NO_ROOM_NOTE.len() + 1);
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        *content = format!("{}\n{NO_ROOM_NOTE}", &content[..end]);
+    }
+}
+
+/// The longest call id kept as the model sent it.
+const MAX_CALL_ID_CHARS: usize = 64;
+
+/// Call ids unique within the attempt and safe in a URL path segment: an answer to a
+/// permission question names its call by id, so an id the model repeats in a later step
+/// (some servers number calls `call_0` in every step), leaves empty, or fills with `/` or
+/// control characters is replaced by `call_<step>_<n>`; the model is sent the new id with
+/// its call and result, so its conversation stays consistent.
+fn unique_ids(calls: Vec<ToolCall>, step: u32, used: &mut HashSet<String>) -> Vec<ToolCall> {
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut call)| {
+            let safe = !call.id.is_empty()
+                && call.id.chars().count() <= MAX_CALL_ID_CHARS
+                && call
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !safe || used.contains(&call.id) {
+                let mut id = format!("call_{step}_{n}");
+                let mut k = 0;
+                while used.contains(&id) {
+                    k += 1;
+                    id = format!("call_{step}_{n}_{k}");
+                }
+                call.id = id;
+            }
+            used.insert(call.id.clone());
+            call
+        })
+        .collect()
 }
 
 /// Runs one step's calls in order; the content sent back for each.
@@ -211,6 +303,19 @@ fn run_one(
             format!("there is no tool named {:?}", call.name),
         ));
     };
+    // What the user is asked about is exactly what the tool gets: the arguments as parsed
+    // (a repeated key keeps its last value), whole. Arguments too long to show whole are
+    // refused rather than shown cut (a cut could hide what the call really does).
+    let canonical = args.to_string();
+    if canonical.len() > MAX_ARGS_BYTES {
+        return Ok(Ran::failed(
+            status::ERROR,
+            format!(
+                "the arguments are {} bytes; at most {MAX_ARGS_BYTES} are accepted",
+                canonical.len()
+            ),
+        ));
+    }
     match spec.policy {
         Policy::Deny => {
             return Ok(Ran::failed(status::DENIED, DENIED_NOTE.into()));
@@ -222,14 +327,7 @@ fn run_one(
                 .allows(&inner.store, turn.session_id, &spec.name)?
             {
                 let timeout = inner.settings.tool_limits.permission_timeout;
-                let answer = consent::ask(
-                    inner,
-                    turn,
-                    &call.id,
-                    &spec.name,
-                    &cut_bytes(&call.arguments, MAX_ARGS_BYTES),
-                    timeout,
-                )?;
+                let answer = consent::ask(inner, turn, &call.id, &spec.name, &canonical, timeout)?;
                 if !answer.allow {
                     let cancelled = matches!(
                         answer.by,
@@ -297,6 +395,28 @@ pub fn digest(result: &str) -> ResultDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn call_ids_are_unique_in_the_attempt_and_safe_in_a_path() {
+        let mut used = HashSet::new();
+        let one = unique_ids(vec![call("call_0"), call("a/b"), call("")], 1, &mut used);
+        let ids: Vec<&str> = one.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_0", "call_1_1", "call_1_2"]);
+        // A later step repeating an id gets a new one.
+        let two = unique_ids(vec![call("call_0"), call("ok-id")], 2, &mut used);
+        let ids: Vec<&str> = two.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_2_0", "ok-id"]);
+        let long = unique_ids(vec![call(&"x".repeat(65))], 3, &mut used);
+        assert_eq!(long[0].id, "call_3_0");
+    }
 
     #[test]
     fn a_digest_has_the_size_the_hash_and_a_bounded_preview() {

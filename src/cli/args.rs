@@ -362,6 +362,21 @@ pub enum SessionsCommand {
         #[arg(long, requires = "output")]
         force: bool,
     },
+    /// Copy a session through one of its events into a new session (SPEC §14) and print
+    /// the new session's id; through the running server when one holds the database
+    Fork {
+        /// The session id
+        id: String,
+        /// Copy through this seq (default: the newest event of the current branch)
+        #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+        at: Option<u64>,
+        /// The server's bearer token, when it has one
+        #[arg(long, env = "BRAIN_API_TOKEN")]
+        api_token: Option<String>,
+        /// JSON (the new Session, as `POST …/fork` answers) instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Read a JSONL export into this database (all of it or, on any bad line, nothing)
     Import {
         /// The JSONL file (`-` for standard input)
@@ -456,7 +471,9 @@ impl SessionsCommand {
     /// Whether the command changes the database (and so needs its lock).
     pub(super) fn writes(&self) -> bool {
         match self {
-            SessionsCommand::Compact { .. } | SessionsCommand::Import { .. } => true,
+            SessionsCommand::Compact { .. }
+            | SessionsCommand::Import { .. }
+            | SessionsCommand::Fork { .. } => true,
             SessionsCommand::List { .. }
             | SessionsCommand::Show { .. }
             | SessionsCommand::Export { .. }

@@ -5,8 +5,8 @@
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use signal_hook::consts::SIGINT;
@@ -30,16 +30,20 @@ use crate::session::{SessionId, Store, SyncMode};
 /// Transcript items shown when a session is resumed.
 const RESUME_ITEMS: usize = 20;
 
-type Frames = Box<dyn Iterator<Item = Value> + Send>;
+pub(super) type Frames = Box<dyn Iterator<Item = Value> + Send>;
 
 /// Where the chat goes: a server, or an engine in this process.
-trait Backend: Send + Sync {
+pub(super) trait Backend: Send + Sync {
     fn describe(&self) -> String;
     fn create(&self) -> Result<SessionId, CliError>;
     /// The newest transcript items, as the API shapes them.
     fn history(&self, id: SessionId) -> Result<Vec<Value>, CliError>;
     fn send(&self, id: SessionId, text: &str) -> Result<Frames, CliError>;
     fn retry(&self, id: SessionId) -> Result<Frames, CliError>;
+    /// Edits the user message at `seq` and sends the new text (SPEC §14).
+    fn edit(&self, id: SessionId, seq: u64, text: &str) -> Result<Frames, CliError>;
+    /// Forks the session at its newest event; the new session's id.
+    fn fork(&self, id: SessionId) -> Result<SessionId, CliError>;
     fn stop(&self, id: SessionId);
     /// The person's answer to the question the session's attempt waits on.
     fn answer(&self, id: SessionId, call_id: &str, answer: Answer) -> Result<(), CliError>;
@@ -145,6 +149,18 @@ impl Backend for Http {
         Http::stream(self.post(&format!("/v1/sessions/{id}/retry"), json!({}))?)
     }
 
+    fn edit(&self, id: SessionId, seq: u64, text: &str) -> Result<Frames, CliError> {
+        Http::stream(self.post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": text, "edit_of": seq}),
+        )?)
+    }
+
+    fn fork(&self, id: SessionId) -> Result<SessionId, CliError> {
+        let s = Http::json(self.post(&format!("/v1/sessions/{id}/fork"), json!({}))?)?;
+        Ok(s["id"].as_str().unwrap_or_default().parse()?)
+    }
+
     fn stop(&self, id: SessionId) {
         let _ = self.post(&format!("/v1/sessions/{id}/stop"), json!({}));
     }
@@ -237,6 +253,20 @@ impl Backend for Local {
             .map_err(|e| CliError::Serve(e.to_string()))
     }
 
+    fn edit(&self, id: SessionId, seq: u64, text: &str) -> Result<Frames, CliError> {
+        self.engine
+            .edit(id, seq, text, None)
+            .map(Local::frames)
+            .map_err(|e| CliError::Serve(e.to_string()))
+    }
+
+    fn fork(&self, id: SessionId) -> Result<SessionId, CliError> {
+        self.engine
+            .fork(id, None)
+            .map(|row| row.id)
+            .map_err(|e| CliError::Serve(e.to_string()))
+    }
+
     fn stop(&self, id: SessionId) {
         let _ = self.engine.stop(id);
     }
@@ -301,13 +331,20 @@ pub fn run(
     };
     writeln!(
         out,
-        "session {id} ({}). Type a message; /retry answers the last one again; /quit or \
-         Ctrl-D leaves; Ctrl-C stops an answer.",
+        "session {id} ({}). Type a message; /retry answers the last one again; /edit [text] \
+         replaces your last message; /fork continues in a copy; /quit or Ctrl-D leaves; \
+         Ctrl-C stops an answer.",
         backend.describe()
     )?;
     out.flush()?;
     let active = Arc::new(AtomicBool::new(false));
-    watch_interrupts(Arc::clone(&backend), id, Arc::clone(&active))?;
+    // `/fork` moves the chat to the new session; Ctrl-C stops the current one's answer.
+    let current = Arc::new(Mutex::new(id));
+    watch_interrupts(
+        Arc::clone(&backend),
+        Arc::clone(&current),
+        Arc::clone(&active),
+    )?;
     let stdin = std::io::stdin();
     // A visible prompt on a terminal; through a pipe nothing is echoed, so the line read
     // is shown after it instead and the output reads as the conversation it was.
@@ -324,10 +361,29 @@ pub fn run(
         if !terminal && !text.is_empty() {
             writeln!(out, "{PROMPT}{}", printable(text))?;
         }
+        let id = *current.lock().unwrap_or_else(PoisonError::into_inner);
         let frames = match text {
             "" => continue,
             "/quit" | "/exit" => break,
             "/retry" => backend.retry(id),
+            "/fork" => {
+                match backend.fork(id) {
+                    Ok(new) => {
+                        *current.lock().unwrap_or_else(PoisonError::into_inner) = new;
+                        writeln!(out, "[forked into session {new}; continuing there]\n")?;
+                    }
+                    Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
+                }
+                out.flush()?;
+                continue;
+            }
+            t if t == "/edit" || t.starts_with("/edit ") => {
+                let mut read_line = || lines.next().and_then(Result::ok);
+                match super::chat_edit::edit_text(t, terminal, &mut read_line, out)? {
+                    Some(new_text) => super::chat_edit::edit_last(backend.as_ref(), id, &new_text),
+                    None => continue,
+                }
+            }
             _ => backend.send(id, text),
         };
         match frames {
@@ -355,7 +411,7 @@ pub fn run(
 /// Ctrl-C stops the running answer; a second one (or one at the prompt) leaves.
 fn watch_interrupts(
     backend: Arc<dyn Backend>,
-    id: SessionId,
+    current: Arc<Mutex<SessionId>>,
     active: Arc<AtomicBool>,
 ) -> Result<(), CliError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT])
@@ -366,7 +422,7 @@ fn watch_interrupts(
             if active.load(Ordering::SeqCst) && !stopping {
                 stopping = true;
                 eprintln!("\n[stopping the answer; Ctrl-C again to leave]");
-                backend.stop(id);
+                backend.stop(*current.lock().unwrap_or_else(PoisonError::into_inner));
                 continue;
             }
             backend.close();

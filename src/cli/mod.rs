@@ -6,6 +6,8 @@
 
 mod args;
 mod chat;
+mod chat_edit;
+mod fork;
 pub mod lock;
 mod serve;
 mod sessions;
@@ -121,6 +123,22 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             ) = (&cmd, &lock)
             {
                 return sessions::compact_on_server(url, id, api_token.as_deref(), out);
+            }
+            // So does a fork: the server knows which attempt is running.
+            if let (
+                SessionsCommand::Fork {
+                    id,
+                    at,
+                    api_token,
+                    json,
+                },
+                Err(lock::LockError::Held {
+                    holder: lock::Holder { url: Some(url), .. },
+                    ..
+                }),
+            ) = (&cmd, &lock)
+            {
+                return fork::on_server(url, id, *at, api_token.as_deref(), *json, out);
             }
             let _lock = lock.map_err(|e| {
                 CliError::Locked(

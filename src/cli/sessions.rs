@@ -28,6 +28,9 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
         SessionsCommand::Compact { id, provider, .. } => {
             compact(&shared, id.parse()?, &provider, out)
         }
+        SessionsCommand::Fork { id, at, json, .. } => {
+            super::fork::in_process(store, id.parse()?, at, json, out)
+        }
         SessionsCommand::Export {
             id,
             all: _,
@@ -315,7 +318,17 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             },
             None,
         ),
+        ItemBody::Rewind { to_seq, edited_seq } => (
+            format!("── edited #{edited_seq}: the conversation goes on from #{to_seq} ──"),
+            None,
+        ),
         ItemBody::Unreadable { event_kind } => (format!("unreadable {event_kind} event"), None),
+    };
+    // An earlier version stays in the history, marked (SPEC §14).
+    let head = if item.abandoned {
+        format!("[earlier version] {head}")
+    } else {
+        head
     };
     // The head quotes titles, models and error messages: untrusted too.
     writeln!(out, "#{} {at}  {}", item.seq, printable(&head))?;
@@ -431,10 +444,15 @@ fn search(
     for h in &hits {
         writeln!(
             out,
-            "{}  #{} {}  {}\n    {}",
+            "{}  #{} {}{}  {}\n    {}",
             h.session_id,
             h.seq,
             crate::session::search::label(&h.kind),
+            if h.abandoned {
+                " (earlier version)"
+            } else {
+                ""
+            },
             printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;

@@ -229,6 +229,11 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
                     _ => "not answered".to_owned(),
                 }
             )?,
+            ItemBody::Rewind { edited_seq, .. } => writeln!(
+                out,
+                "_Edited message #{edited_seq}; the earlier version and what followed it \
+                 are kept above as an abandoned branch_ · {at}\n"
+            )?,
             ItemBody::Unreadable { event_kind } => {
                 writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
             }

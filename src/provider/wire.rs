@@ -8,6 +8,11 @@ use crate::session::events::Usage;
 use super::toolcalls::{ToolCallPiece, pieces};
 use super::{ChatRequest, ModelInfo, Shape, Step, ToolDef};
 
+/// The `tools` array of a request, as sent.
+pub fn tools_json(tools: &[super::ToolDef]) -> Value {
+    Value::Array(tools.iter().map(tool_json).collect())
+}
+
 /// The request body of a chat completion. The tool steps follow `messages`, so each
 /// step's request extends the previous one (I3); `tools` and `tool_choice` appear only
 /// when tools are offered.
@@ -24,7 +29,7 @@ pub fn request_body(req: &ChatRequest, stream: bool) -> Value {
     }
     let mut body = json!({"model": req.model, "messages": messages, "stream": stream});
     if !req.tools.is_empty() {
-        body["tools"] = Value::Array(req.tools.iter().map(tool_json).collect());
+        body["tools"] = tools_json(&req.tools);
         if req.tool_choice_none {
             body["tool_choice"] = json!("none");
         }

@@ -3,8 +3,8 @@
 use crate::session::Payload;
 use crate::session::events::{
     AssistantTurn, AttemptEnd, CompactionApplied, Event, PendingState, PermissionRequested,
-    PermissionResolved, ResultDigest, SessionStarted, SessionTitled, TitledBy, ToolExecution,
-    TurnFailed, TurnMemory, Usage, UserMessage,
+    PermissionResolved, ResultDigest, Rewind, SessionStarted, SessionTitled, TitledBy,
+    ToolExecution, TurnFailed, TurnMemory, Usage, UserMessage,
 };
 use crate::session::projection::{Context, llm_context};
 
@@ -19,6 +19,7 @@ impl Log {
         log.push(Payload::SessionStarted(SessionStarted {
             title: None,
             system: system.into(),
+            forked_from: None,
         }));
         log
     }
@@ -159,6 +160,16 @@ impl Log {
             title: title.into(),
             by: TitledBy::Auto,
         }))
+    }
+
+    /// An edit of the user message at `edited` (SPEC §14): the rewind, then the new
+    /// message. Returns the new message's seq.
+    pub fn edit(&mut self, edited: u64, text: &str) -> u64 {
+        self.push(Payload::Rewind(Rewind {
+            to_seq: edited - 1,
+            edited_seq: edited,
+        }));
+        self.user(text)
     }
 
     pub fn context(&self) -> Context {

@@ -78,12 +78,18 @@ pub fn render_hits(query: &str, hits: &[SearchHit]) -> String {
     for (i, h) in hits.iter().enumerate() {
         let date = h.created_at.get(..10).unwrap_or(&h.created_at);
         out.push_str(&format!(
-            "\n{}. \"{}\" ({date}, session {}, seq {}, {})\n   {}\n",
+            "\n{}. \"{}\" ({date}, session {}, seq {}, {}{})\n   {}\n",
             i + 1,
             h.title.as_deref().unwrap_or("untitled"),
             h.session_id,
             h.seq,
             crate::session::search::label(&h.kind),
+            // The model should know a hit is a version the user replaced (SPEC §14).
+            if h.abandoned {
+                "; an earlier version, later edited"
+            } else {
+                ""
+            },
             h.snippet.replace('\n', " "),
         ));
     }
@@ -153,6 +159,7 @@ mod tests {
             snippet: "why does the\nborrow checker".into(),
             highlights: vec![],
             created_at: "2025-03-04T05:06:07.000Z".into(),
+            abandoned: false,
         };
         let text = render_hits("borrow", &[hit]);
         assert!(

@@ -168,13 +168,15 @@ impl Tools {
         names::first_collision(all.iter().map(|(n, l)| (n.as_str(), l.as_str())))
     }
 
-    /// What the model is offered: every tool not denied of the servers that are up, and
-    /// the built-ins, sorted by name.
+    /// What the model is offered: every tool not denied of the servers that have listed
+    /// their tools, and the built-ins, sorted by name. A server that died or is
+    /// restarting keeps its tools offered: the definitions stay byte-stable across turns
+    /// (I3, the prompt cache), and calling one starts the server again (SPEC §13).
     pub fn offered(&self) -> Vec<ToolSpec> {
         let mut out = self.inner.builtins.clone();
         for slot in &self.inner.slots {
             let st = slot.state.lock();
-            if matches!(st.phase, Phase::Up(_)) {
+            if !matches!(st.phase, Phase::Stopped) {
                 out.extend(
                     st.tools
                         .iter()

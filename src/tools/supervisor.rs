@@ -62,6 +62,34 @@ pub(super) enum Phase {
     Stopped,
 }
 
+/// The most tools one server may offer, and the most bytes their definitions may take:
+/// every request carries them, so a server listing thousands would fill the model's
+/// window (and brain's memory) before a word is said.
+pub const MAX_TOOLS_PER_SERVER: usize = 256;
+pub const MAX_DEFINITION_BYTES_PER_SERVER: usize = 512 * 1024;
+
+/// Refuses a listing past [`MAX_TOOLS_PER_SERVER`] or [`MAX_DEFINITION_BYTES_PER_SERVER`].
+fn check_listing(tools: &[ToolInfo]) -> Result<(), McpError> {
+    if tools.len() > MAX_TOOLS_PER_SERVER {
+        return Err(McpError::Protocol(format!(
+            "it lists {} tools; brain offers at most {MAX_TOOLS_PER_SERVER} per server \
+             (deny the ones you do not need in its configuration)",
+            tools.len()
+        )));
+    }
+    let bytes: usize = tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+        .sum();
+    if bytes > MAX_DEFINITION_BYTES_PER_SERVER {
+        return Err(McpError::Protocol(format!(
+            "its tool definitions take {bytes} bytes; brain offers at most \
+             {MAX_DEFINITION_BYTES_PER_SERVER} per server"
+        )));
+    }
+    Ok(())
+}
+
 /// The wait before start number `failures + 1`.
 pub(super) fn backoff(failures: u32) -> Duration {
     let doubled = RETRY_FIRST.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
@@ -224,6 +252,7 @@ impl Inner {
         }
         let server = Server::initialize(Box::new(link), deadline)?;
         let tools = server.list_tools(deadline)?;
+        check_listing(&tools)?;
         Ok((server, tools))
     }
 

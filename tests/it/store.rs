@@ -246,6 +246,7 @@ fn session_started_is_written_only_at_creation() {
     let again = Payload::SessionStarted(SessionStarted {
         title: None,
         system: "other".into(),
+        forked_from: None,
     });
     assert!(matches!(
         store.append(row.id, &again),
@@ -260,6 +261,7 @@ fn session_started_is_written_only_at_creation() {
         Decoded::Known(Payload::SessionStarted(SessionStarted {
             title: Some("first".into()),
             system: "be kind".into(),
+            forked_from: None,
         }))
     );
     assert_eq!(row.system, "be kind");

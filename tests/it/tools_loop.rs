@@ -580,3 +580,123 @@ fn the_last_step_is_sent_with_tool_choice_none() {
     assert!(steps[0].get("tool_choice").is_none());
     assert_eq!(steps[1]["tool_choice"], "none");
 }
+
+/// The user is asked about exactly what the tool would get (I9): a repeated key shows its
+/// last value, as the tool receives it; arguments too long to show whole are refused, not
+/// shown cut; a call id the model repeats gets a new one, so an answer never reaches
+/// another call.
+#[test]
+fn the_question_shows_exactly_what_runs() {
+    let test = "tools_loop::the_question_shows_exactly_what_runs";
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(b) = start(test, &mock, dir.path(), &[]) else {
+        return;
+    };
+    let id = session(&b.url);
+    let (shown, real) = (dir.path().join("harmless.txt"), dir.path().join("real.txt"));
+    let repeated = format!(
+        r#"{{"path": {}, "content": "x", "path": {}}}"#,
+        json!(shown),
+        json!(real)
+    );
+    let padded = format!(
+        r#"{{"path": {}, "zz": "{}", "content": "x", "path": {}}}"#,
+        json!(shown),
+        "x".repeat(17_000),
+        json!(real)
+    );
+    mock.script(json!([
+        {"kind": "stream", "tool_calls": [
+            {"id": "same", "name": "fs__write_file", "arguments": padded},
+            {"id": "same", "name": "fs__write_file", "arguments": repeated},
+        ]},
+        {"kind": "stream", "quote_tools": true},
+    ]));
+    let frames = stream(
+        &b.url,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "go"}),
+    );
+    let mut seen = Vec::new();
+    let asked = until(&frames, "permission", &mut seen);
+    // The padded call was refused before any question; the repeated-key one is asked
+    // about with the path it would really write, under an id of its own.
+    assert_ne!(asked["call_id"], "same", "{asked}");
+    let args: Value = serde_json::from_str(asked["args"].as_str().unwrap()).unwrap();
+    assert_eq!(args["path"], json!(real), "{asked}");
+    assert_eq!(
+        answer(&b.url, &id, "same", json!({"decision": "allow"})),
+        404,
+        "the first call's id does not reach the second's question"
+    );
+    let call_id = asked["call_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        answer(&b.url, &id, &call_id, json!({"decision": "allow"})),
+        200
+    );
+    assert_eq!(until(&frames, "end", &mut seen)["status"], "completed");
+    assert!(!shown.exists());
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), "x");
+    let statuses: Vec<String> = events(&b, &id)
+        .iter()
+        .filter(|e| e["kind"] == "tool_execution")
+        .map(|e| e["payload"]["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["error", "ok"]);
+}
+
+/// A step's results never push the next request past the window (I4): a 60 KB file read
+/// by a model with a 4,096-token window reaches it cut to the room left, with a note.
+#[test]
+fn results_are_cut_to_the_room_left_in_the_window() {
+    let test = "tools_loop::results_are_cut_to_the_room_left_in_the_window";
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(b) = start(test, &mock, dir.path(), &[]) else {
+        return;
+    };
+    let id = session(&b.url);
+    let big = dir.path().join("big.txt");
+    let words: String = (0..10_000).map(|i| format!("w{i} ")).collect();
+    std::fs::write(&big, &words).unwrap();
+    mock.script(json!([
+        {"kind": "stream", "tool_calls": [{"id": "r", "name": "fs__read_text_file",
+                                            "arguments": json!({"path": big}).to_string()}]},
+        {"kind": "stream", "text": "read it"},
+    ]));
+    let frames = stream(
+        &b.url,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "read"}),
+    );
+    let mut seen = Vec::new();
+    assert_eq!(
+        until(&frames, "end", &mut seen)["status"],
+        "completed",
+        "{seen:#?}"
+    );
+    let second = streamed(&mock).pop().unwrap();
+    let sent = second["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.starts_with("w0 w1 "),
+        "{}",
+        &sent[..40.min(sent.len())]
+    );
+    assert!(
+        sent.ends_with("[the rest of this result did not fit in the model's context window]"),
+        "{}",
+        &sent[sent.len().saturating_sub(120)..]
+    );
+    // Well under 4,096 tokens of text (the request also carries the tools and the rest).
+    assert!(sent.len() < 4096 * 2, "{} bytes", sent.len());
+    // The log's digest is of the whole result, not of what fit.
+    let exec = events(&b, &id)
+        .into_iter()
+        .find(|e| e["kind"] == "tool_execution")
+        .unwrap();
+    assert!(exec["payload"]["result_digest"]["bytes"].as_u64().unwrap() >= words.len() as u64 - 1);
+}

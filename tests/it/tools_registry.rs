@@ -575,3 +575,120 @@ fn a_slow_server_keeps_starting_in_the_background_and_a_late_collision_drops_its
     let echo = tools.call("x_y__echo", &json!({}), soon(), &never());
     assert_eq!(echo.text, "echo {}");
 }
+
+/// A server gets only the environment its configuration names, plus PATH and HOME (SPEC
+/// §12): never brain's API keys or token.
+#[test]
+fn a_server_sees_only_its_configured_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = stand_in("env", None);
+    server["env"]["GIVEN_TO_IT"] = json!("yes");
+    let config = write_config(dir.path(), json!({"si": server}));
+    let db = TempDb::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .arg("--db")
+        .arg(db.path())
+        .args(["tools", "call", "si__env", "{}", "--mcp-config"])
+        .arg(&config)
+        .env("OPENAI_API_KEY", "sk-secret")
+        .env("BRAIN_API_TOKEN", "tok-secret")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let names: Vec<&str> = text.split_whitespace().collect();
+    for wanted in ["GIVEN_TO_IT", "PATH", "HOME", "STAND_IN_TOOLS"] {
+        assert!(names.contains(&wanted), "{wanted} missing: {text}");
+    }
+    for secret in ["OPENAI_API_KEY", "BRAIN_API_TOKEN"] {
+        assert!(!names.contains(&secret), "{secret} leaked: {text}");
+    }
+}
+
+/// A server that stops reading its input (and floods brain with requests meanwhile)
+/// blocks no caller: the call ends at its timeout, closing the tools does not hang, and
+/// the server is started again for the next call.
+#[test]
+fn a_server_that_stops_reading_its_input_blocks_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let mut server = stand_in("deaf,echo", Some(&pids));
+    server["timeout_s"] = json!(1);
+    let tools = start(json!({"si": server}));
+    let started = Instant::now();
+    let deaf = tools.call("si__deaf", &json!({}), soon(), &never());
+    assert_eq!(deaf.status, ToolStatus::Timeout, "{deaf:?}");
+    // Another call while it is deaf: ends by its own deadline too, never blocked.
+    let next = tools.call(
+        "si__echo",
+        &json!({"n": 1}),
+        Instant::now() + Duration::from_secs(2),
+        &never(),
+    );
+    assert_ne!(next.status, ToolStatus::Ok, "{next:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // It is started again: a later call works.
+    wait_for("a working server again", || {
+        tools
+            .call("si__echo", &json!({"n": 2}), soon(), &never())
+            .status
+            == ToolStatus::Ok
+    });
+    let closing = Instant::now();
+    tools.shutdown();
+    assert!(
+        closing.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        closing.elapsed()
+    );
+}
+
+/// A server that is down keeps its tools offered (I3: the next turn's definitions are the
+/// same, so the prompt cache holds; and a call of one is what starts it again, SPEC §13).
+#[test]
+fn a_server_that_is_down_keeps_its_tools_offered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = stand_in("echo,crash", None);
+    server["env"]["STAND_IN_START_ONCE"] = json!(dir.path().join("started"));
+    let tools = start(json!({"stand": server}));
+    let before: Vec<String> = tools.offered().into_iter().map(|t| t.name).collect();
+    assert!(before.contains(&"stand__echo".to_owned()), "{before:?}");
+    let crashed = tools.call("stand__crash", &json!({}), soon(), &never());
+    assert_eq!(crashed.status, ToolStatus::Error, "{crashed:?}");
+    wait_for("the restart to fail", || {
+        tools.status().servers[0].status == ServerState::Failed
+    });
+    let after: Vec<String> = tools.offered().into_iter().map(|t| t.name).collect();
+    assert_eq!(before, after);
+    // Called while down: a clear error, not a hang.
+    let echo = tools.call("stand__echo", &json!({}), soon(), &never());
+    assert_eq!(echo.status, ToolStatus::Error, "{echo:?}");
+}
+
+/// A server listing more tools than brain offers is refused with a message saying how to
+/// fix it, and the other servers work.
+#[test]
+fn a_server_listing_too_many_tools_is_refused() {
+    let names: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
+    let tools = start(json!({
+        "many": stand_in(&names.join(","), None),
+        "few": stand_in("echo", None),
+    }));
+    let status = tools.status();
+    let many = status.servers.iter().find(|s| s.name == "many").unwrap();
+    assert_eq!(many.status, ServerState::Failed, "{many:?}");
+    assert!(
+        many.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("at most 256"),
+        "{many:?}"
+    );
+    let echo = tools.call("few__echo", &json!({}), soon(), &never());
+    assert_eq!(echo.status, ToolStatus::Ok, "{echo:?}");
+}

@@ -4,9 +4,12 @@ echo,crash); it appends its pid to STAND_IN_PIDFILE when set. `crash` exits mid-
 `add_tool` {"name"} lists one more tool and says so (notifications/tools/list_changed);
 `slow` {"seconds"?: 30} answers after that long on its own thread (it keeps listening,
 and stops without answering when the call is cancelled); `hang` blocks the whole server
-(it answers nothing any more, a cancel and a ping included); every other tool answers its
-name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
-STAND_IN_LOG names a file it appends every message it receives to (one JSON line each)."""
+(it answers nothing any more, a cancel and a ping included); `deaf` stops reading its
+input and asks brain for 300,000 pings it never reads the answers to (a server whose
+stdin fills up); `env` answers the names of its environment variables, sorted; every other
+tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
+STAND_IN_LOG names a file it appends every message it receives to (one JSON line each);
+STAND_IN_START_ONCE names a file that makes every start after the first fail."""
 import json
 import os
 import sys
@@ -18,6 +21,14 @@ pidfile = os.environ.get("STAND_IN_PIDFILE")
 if pidfile:
     with open(pidfile, "a") as f:
         f.write(f"{os.getpid()}\n")
+# STAND_IN_START_ONCE names a file: the first start creates it, every later start fails
+# (a server that cannot come back after a crash).
+once = os.environ.get("STAND_IN_START_ONCE")
+if once:
+    if os.path.exists(once):
+        sys.stderr.write("stand-in: refusing to start again\n")
+        sys.exit(1)
+    open(once, "w").close()
 log = os.environ.get("STAND_IN_LOG")
 out = threading.Lock()
 cancelled = set()
@@ -74,6 +85,13 @@ for line in sys.stdin:
             os._exit(3)
         if name == "hang":
             time.sleep(3600)
+        if name == "deaf":
+            for n in range(300_000):
+                send({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"})
+            time.sleep(3600)
+        if name == "env":
+            text(i, " ".join(sorted(os.environ)))
+            continue
         if name == "slow":
             threading.Thread(target=slow, args=(i, float(args.get("seconds", 30))),
                              daemon=True).start()

@@ -548,15 +548,16 @@ impl Compactor {
         })
     }
 
-    /// Compare-and-append: only if the newest compaction is still the one planned on. A
+    /// Compare-and-append: only if the newest compaction (and rewind) is still the one
+    /// planned on. A
     /// summary that arrives after the turn was stopped is still good work: it is kept.
     fn append(&self, job: &Job<'_>, c: CompactionApplied) -> Result<PassOutcome, CompactionError> {
-        let seen = newest_compaction_seq(job.events);
+        let seen = newest_shaping_seq(job.events);
         let tokens_after = c.tokens_after;
         let method = c.method.clone();
         let payload = Payload::CompactionApplied(c);
         let appended = self.store.write(|w| {
-            if w.newest_compaction_seq(job.id)? != seen {
+            if w.newest_shaping_seq(job.id)? != seen {
                 return Ok(None);
             }
             w.append(job.id, &payload).map(Some)
@@ -614,10 +615,13 @@ impl Compactor {
     }
 }
 
-fn newest_compaction_seq(events: &[Event]) -> u64 {
+/// The newest compaction's or rewind's seq among the events the plan saw. The tail read
+/// holds every rewind after the visible compaction's boundary, and the newest of either
+/// kind is always after it, so this equals `Writer::newest_shaping_seq`.
+fn newest_shaping_seq(events: &[Event]) -> u64 {
     events
         .iter()
-        .filter(|e| e.kind == kind::COMPACTION_APPLIED)
+        .filter(|e| e.kind == kind::COMPACTION_APPLIED || e.kind == kind::REWIND)
         .map(|e| e.seq)
         .max()
         .unwrap_or(0)

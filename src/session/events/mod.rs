@@ -10,6 +10,7 @@
 //! fields defaults, so an older event still decodes after a field is added.
 
 mod tools;
+mod tree;
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +23,7 @@ pub use tools::{
     CUT_MARKER, MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, PermissionRequested, PermissionResolved,
     ResultDigest, ToolExecution, cut_bytes, resolved_by, status,
 };
+pub use tree::{ForkedFrom, Rewind};
 
 /// The kind names as stored in `session_events.kind`.
 pub mod kind {
@@ -37,6 +39,7 @@ pub mod kind {
     pub const COMPACTION_APPLIED: &str = "compaction_applied";
     pub const PERMISSION_REQUESTED: &str = "permission_requested";
     pub const PERMISSION_RESOLVED: &str = "permission_resolved";
+    pub const REWIND: &str = "rewind";
 }
 
 /// A session's id: a UUID (v7 for new sessions, so ids sort by creation time), written in
@@ -133,6 +136,13 @@ pub struct SessionStarted {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     pub system: String,
+    /// Set on a fork (SPEC §14): the source session and the seq it was copied through.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "tree::lenient"
+    )]
+    pub forked_from: Option<ForkedFrom>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,6 +300,7 @@ pub enum Payload {
     PermissionRequested(PermissionRequested),
     PermissionResolved(PermissionResolved),
     CompactionApplied(CompactionApplied),
+    Rewind(Rewind),
 }
 
 /// How appending an event changes the `sessions` cache row (SPEC §3, §6).
@@ -318,6 +329,7 @@ impl Payload {
             Payload::PermissionRequested(_) => kind::PERMISSION_REQUESTED,
             Payload::PermissionResolved(_) => kind::PERMISSION_RESOLVED,
             Payload::CompactionApplied(_) => kind::COMPACTION_APPLIED,
+            Payload::Rewind(_) => kind::REWIND,
         }
     }
 
@@ -336,6 +348,7 @@ impl Payload {
             Payload::PermissionRequested(p) => serde_json::to_value(p),
             Payload::PermissionResolved(p) => serde_json::to_value(p),
             Payload::CompactionApplied(p) => serde_json::to_value(p),
+            Payload::Rewind(p) => serde_json::to_value(p),
         };
         // These are plain structs of strings, numbers and JSON values: serialising them to a
         // Value cannot fail, and the fallback keeps the stored payload an object regardless.
@@ -363,6 +376,7 @@ impl Payload {
             kind::PERMISSION_REQUESTED => parse(payload, Payload::PermissionRequested),
             kind::PERMISSION_RESOLVED => parse(payload, Payload::PermissionResolved),
             kind::COMPACTION_APPLIED => parse(payload, Payload::CompactionApplied),
+            kind::REWIND => parse(payload, Payload::Rewind),
             _ => Decoded::UnknownKind,
         }
     }
@@ -400,7 +414,8 @@ impl Payload {
             | Payload::ToolExecution(_)
             | Payload::PermissionRequested(_)
             | Payload::PermissionResolved(_)
-            | Payload::CompactionApplied(_) => CacheEffect::default(),
+            | Payload::CompactionApplied(_)
+            | Payload::Rewind(_) => CacheEffect::default(),
         }
     }
 }
@@ -420,10 +435,19 @@ mod tests {
         round_trip(Payload::SessionStarted(SessionStarted {
             title: Some("t".into()),
             system: "be brief".into(),
+            forked_from: Some(ForkedFrom {
+                session_id: "0192e4a0-7b1c-7d3e-8f00-123456789abc".into(),
+                seq: 7,
+            }),
         }));
         round_trip(Payload::SessionStarted(SessionStarted {
             title: None,
             system: String::new(),
+            forked_from: None,
+        }));
+        round_trip(Payload::Rewind(Rewind {
+            to_seq: 4,
+            edited_seq: 5,
         }));
         round_trip(Payload::SessionTitled(SessionTitled {
             title: "x".into(),
@@ -511,6 +535,18 @@ mod tests {
             model: "m".into(),
             method: method::EXTRACTIVE.into(),
         }));
+    }
+
+    #[test]
+    fn a_bad_forked_from_never_makes_session_started_unreadable() {
+        let d = Payload::decode(
+            kind::SESSION_STARTED,
+            r#"{"system":"s","forked_from":{"session_id":5}}"#,
+        );
+        assert!(
+            matches!(&d, Decoded::Known(Payload::SessionStarted(s)) if s.system == "s" && s.forked_from.is_none()),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ fn kind_of(body: &ItemBody) -> &'static str {
         ItemBody::Title { .. } => "title",
         ItemBody::Tool(_) => "tool",
         ItemBody::Permission { .. } => "permission",
+        ItemBody::Rewind { .. } => "rewind",
         ItemBody::Unreadable { .. } => "unreadable",
     }
 }

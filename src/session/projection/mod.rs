@@ -5,15 +5,24 @@
 //! network. An event whose payload does not decode is skipped by the LLM context and shown
 //! by the transcript as `unreadable`, so one bad row never makes a session unreadable.
 //!
-//! The LLM context looks only at the *live* events, those after the newest compaction's
-//! boundary; everything it decides (which attempt completed, whether a partial is
-//! superseded, whether turn memory is late) is decided from them alone. That is why the
-//! store can hand it just `session_started` plus the live tail
-//! ([`crate::session::Store::events_for_context`]) and get the same answer as the whole log.
+//! The LLM context first drops the branches edits abandoned (step 0, [`tree`]), then looks
+//! only at the *live* events, those after the newest visible compaction's boundary;
+//! everything it decides (which attempt completed, whether a partial is superseded,
+//! whether turn memory is late) is decided from them alone. A rewind at or before that
+//! boundary hides only events before it, so the store can hand it just `session_started`
+//! plus the live tail ([`crate::session::Store::events_for_context`]) and get the same
+//! answer as the whole log.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
+
+mod tree;
+
+pub use tree::{
+    BadForkPoint, NotEditable, abandoned, check_edit, fork_point, is_abandoned, visible,
+    visible_compaction_boundary,
+};
 
 use super::events::{
     AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState,
@@ -56,10 +65,10 @@ pub struct Context {
     pub messages: Vec<Message>,
 }
 
-/// The context the model sees next: every live event of the log.
+/// The context the model sees next: every live event of the log's current branch.
 pub fn llm_context(events: &[Event]) -> Context {
-    let decoded: Vec<(&Event, Payload)> = events
-        .iter()
+    let decoded: Vec<(&Event, Payload)> = visible(events)
+        .into_iter()
         .filter_map(|e| match e.decode() {
             Decoded::Known(p) => Some((e, p)),
             Decoded::UnknownKind | Decoded::Unreadable(_) => None,
@@ -69,14 +78,19 @@ pub fn llm_context(events: &[Event]) -> Context {
 }
 
 /// The request for an attempt of `turn` (the seq of its `user_message`): the log as it was
-/// when the turn's user message was written, plus compactions since. It excludes the
-/// turn's own attempts (answers, partials, failures, memory), so a retry resends exactly
-/// the request of the first attempt.
+/// when the turn's user message was written (its rewinds included), plus the visible
+/// compactions since. It excludes the turn's own attempts (answers, partials, failures,
+/// memory), so a retry resends exactly the request of the first attempt. A rewind is
+/// always written just before a new user message, so none comes after the newest turn;
+/// compactions a later rewind hid are left out all the same.
 pub fn llm_request(events: &[Event], turn: u64) -> Context {
     let before: Vec<Event> = events
         .iter()
-        .filter(|e| e.seq <= turn || e.kind == super::events::kind::COMPACTION_APPLIED)
-        .cloned()
+        .zip(abandoned(events))
+        .filter(|(e, hidden)| {
+            e.seq <= turn || (e.kind == super::events::kind::COMPACTION_APPLIED && !hidden)
+        })
+        .map(|(e, _)| e.clone())
         .collect();
     llm_context(&before)
 }
@@ -263,6 +277,9 @@ impl Builder {
 pub struct Item {
     pub seq: u64,
     pub created_at: String,
+    /// A later rewind hides this event from the model (SPEC §14): an earlier version,
+    /// shown, never dropped.
+    pub abandoned: bool,
     #[serde(flatten)]
     pub body: ItemBody,
 }
@@ -333,6 +350,12 @@ pub enum ItemBody {
         by: Option<String>,
         remember: bool,
     },
+    /// An edit: the conversation went on from `to_seq`, `edited_seq` being the message
+    /// that was edited.
+    Rewind {
+        to_seq: u64,
+        edited_seq: u64,
+    },
     /// An event this brain cannot show: a payload that does not decode, or a kind from a
     /// newer brain.
     Unreadable {
@@ -369,8 +392,9 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
             _ => {}
         }
     }
+    let hidden = abandoned(events);
     let mut items = Vec::new();
-    for (e, d) in &decoded {
+    for ((e, d), abandoned) in decoded.iter().zip(hidden) {
         let body = match d {
             Decoded::Known(p) => match known_item(p, &mut attempts) {
                 Some(b) => b,
@@ -383,6 +407,7 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
         items.push(Item {
             seq: e.seq,
             created_at: e.created_at.clone(),
+            abandoned,
             body,
         });
     }
@@ -467,6 +492,10 @@ fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
                 remember: answer.is_some_and(|a| a.remember),
             }
         }
+        Payload::Rewind(r) => ItemBody::Rewind {
+            to_seq: r.to_seq,
+            edited_seq: r.edited_seq,
+        },
         Payload::PermissionResolved(_) => return None,
         Payload::SessionStarted(_) | Payload::SessionArchived(_) | Payload::TurnMemory(_) => {
             return None;
@@ -502,3 +531,5 @@ fn failed_item(f: &TurnFailed) -> ItemBody {
 mod examples;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod rewind_examples;

@@ -1,6 +1,7 @@
-//! The invariants of the projections as properties over generated logs: I3 at request
-//! points, alternating roles, a transcript that hides nothing, no panics, and the tail the
-//! store reads projecting like the whole log.
+//! The invariants of the projections as properties over generated logs (edits included):
+//! I3 at request points, alternating roles, a transcript that hides nothing and flags
+//! exactly what edits abandoned, no panics, and the tail the store reads projecting like
+//! the whole log.
 
 use std::collections::{HashMap, HashSet};
 
@@ -36,6 +37,9 @@ enum Action {
     Tool,
     /// A compaction through the end of one of the first messages of the context.
     Compact(usize),
+    /// An edit of one of the editable user messages (SPEC §14) and the new message's
+    /// first attempt.
+    Edit(usize, Outcome),
     Title,
     UnknownKind,
     BadPayload,
@@ -58,6 +62,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => (0usize..8).prop_map(Action::LateMemory),
         1 => Just(Action::Tool),
         1 => (0usize..8).prop_map(Action::Compact),
+        2 => ((0usize..8), outcome()).prop_map(|(i, o)| Action::Edit(i, o)),
         1 => Just(Action::Title),
         1 => Just(Action::UnknownKind),
         1 => Just(Action::BadPayload),
@@ -77,8 +82,9 @@ struct Sim {
     turns: Vec<u64>,
     attempts: HashMap<u64, u32>,
     completed: HashMap<u64, u32>,
-    boundary: u64,
     requests: Vec<RequestPoint>,
+    /// The seq ranges `[edited, rewind)` the edits abandoned: the oracle for step 0.
+    edits: Vec<(u64, u64)>,
 }
 
 impl Sim {
@@ -100,7 +106,8 @@ impl Sim {
                 self.attempt(log, turn, o, false);
             }
             Action::Retry(o) => {
-                if let Some(&turn) = self.turns.last().filter(|t| **t > self.boundary) {
+                let boundary = boundary(log);
+                if let Some(&turn) = self.turns.last().filter(|t| **t > boundary) {
                     self.attempt(log, turn, o, true);
                 }
             }
@@ -130,6 +137,22 @@ impl Sim {
                 log.tool();
             }
             Action::Compact(i) => self.compact(log, *i),
+            Action::Edit(i, o) => {
+                // What the engine accepts: a user message of the current branch after the
+                // newest visible compaction's boundary.
+                let boundary = boundary(log);
+                let editable: Vec<u64> = visible(&log.events)
+                    .iter()
+                    .filter(|e| e.kind == kind::USER_MESSAGE && e.seq > boundary)
+                    .map(|e| e.seq)
+                    .collect();
+                if let Some(&edited) = editable.get(i % editable.len().max(1)) {
+                    self.edits.push((edited, log.next_seq()));
+                    let turn = log.edit(edited, &format!("edit of {edited}"));
+                    self.turns.push(turn);
+                    self.attempt(log, turn, o, false);
+                }
+            }
             Action::Title => {
                 log.title("a title");
             }
@@ -178,7 +201,7 @@ impl Sim {
     /// Returns it as (turn, attempt).
     fn running(&mut self, log: &mut Log, retry: bool, checkpoints: u8) -> (u64, u32) {
         let turn = match self.turns.last() {
-            Some(&t) if retry && t > self.boundary => t,
+            Some(&t) if retry && t > boundary(log) => t,
             _ => {
                 let t = log.user("a question being answered");
                 self.turns.push(t);
@@ -207,18 +230,29 @@ impl Sim {
             .map(|m| m.last_seq)
             .collect();
         if let Some(&through) = ends.get(pick % ends.len().max(1)) {
-            if through > self.boundary {
+            if through > boundary(log) {
                 log.compaction(&format!("summary through {through}"), through);
-                self.boundary = through;
             }
         }
     }
+
+    /// Whether an edit abandoned the event at `seq`.
+    fn abandoned(&self, seq: u64) -> bool {
+        self.edits.iter().any(|&(from, to)| from <= seq && seq < to)
+    }
 }
 
+/// The newest visible compaction's boundary.
+fn boundary(log: &Log) -> u64 {
+    visible_compaction_boundary(&log.events)
+}
+
+/// Whether the prefix changed on purpose between two points of the log: a compaction or a
+/// rewind (I3's allowed changes).
 fn compaction_between(events: &[Event], from: usize, to: usize) -> bool {
     events[from..to]
         .iter()
-        .any(|e| e.kind == kind::COMPACTION_APPLIED)
+        .any(|e| e.kind == kind::COMPACTION_APPLIED || e.kind == kind::REWIND)
 }
 
 fn alternates(ctx: &Context) -> bool {
@@ -292,6 +326,11 @@ proptest! {
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Title { .. })), count(kind::SESSION_TITLED));
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Tool(_))), count(kind::TOOL_EXECUTION));
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Permission { .. })), count(kind::PERMISSION_REQUESTED));
+        prop_assert_eq!(shown(|b| matches!(b, ItemBody::Rewind { .. })), count(kind::REWIND));
+        // Exactly what the edits abandoned is flagged, nothing else.
+        for i in &items {
+            prop_assert_eq!(i.abandoned, sim.abandoned(i.seq), "item {}", i.seq);
+        }
         let unreadable = log.events.iter().filter(|e| !matches!(e.decode(), Decoded::Known(_))).count();
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Unreadable { .. })), unreadable);
         let mut interrupted = HashSet::new();
@@ -340,17 +379,40 @@ proptest! {
         }
     }
 
-    /// What the store reads (`session_started` and the events after the newest
-    /// compaction's boundary) projects exactly like the whole log.
+    /// What the store reads (`session_started` and the events after the newest visible
+    /// compaction's boundary, found from the rewinds and compactions alone) projects
+    /// exactly like the whole log, edits included.
     #[test]
     fn the_live_tail_projects_like_the_whole_log(actions in proptest::collection::vec(action(), 1..40)) {
         let (log, _) = Sim::run(&actions);
-        let boundary = log.events.iter().rev().find_map(|e| match e.decode() {
-            Decoded::Known(Payload::CompactionApplied(c)) => Some(c.replaces_through_seq),
-            _ => None,
-        }).unwrap_or(0);
+        let shaping: Vec<Event> = log.events.iter()
+            .filter(|e| e.kind == kind::REWIND || e.kind == kind::COMPACTION_APPLIED)
+            .cloned()
+            .collect();
+        let boundary = visible_compaction_boundary(&shaping);
+        prop_assert_eq!(boundary, visible_compaction_boundary(&log.events));
         let tail: Vec<Event> = log.events.iter().filter(|e| e.seq == 1 || e.seq > boundary).cloned().collect();
         prop_assert_eq!(llm_context(&tail), log.context());
+    }
+
+    /// Nothing of an abandoned branch reaches the model: every user message the context
+    /// holds is on the current branch, and every one of the current branch after the
+    /// boundary is there.
+    #[test]
+    fn abandoned_messages_never_reach_the_model(actions in proptest::collection::vec(action(), 1..40)) {
+        let (log, sim) = Sim::run(&actions);
+        let boundary = boundary(&log);
+        let ctx = log.context();
+        // Merged messages are joined by a blank line; the generated texts hold none.
+        let sent: HashSet<&str> = ctx.messages.iter().flat_map(|m| m.content.split("\n\n")).collect();
+        for e in &log.events {
+            if let Decoded::Known(Payload::UserMessage(m)) = e.decode() {
+                if e.seq > boundary {
+                    // Texts are unique per seq ("question N", "edit of N").
+                    prop_assert_eq!(sent.contains(m.text.as_str()), !sim.abandoned(e.seq), "{}", m.text);
+                }
+            }
+        }
     }
 
     /// Neither projection panics on any log: any kinds, any payloads, any seqs.
@@ -360,7 +422,8 @@ proptest! {
             Just(kind::SESSION_STARTED), Just(kind::USER_MESSAGE), Just(kind::PENDING_STATE),
             Just(kind::ASSISTANT_TURN), Just(kind::TURN_FAILED), Just(kind::TURN_MEMORY),
             Just(kind::COMPACTION_APPLIED), Just(kind::SESSION_TITLED), Just(kind::TOOL_EXECUTION),
-            Just(kind::PERMISSION_REQUESTED), Just(kind::PERMISSION_RESOLVED), Just("weird"),
+            Just(kind::PERMISSION_REQUESTED), Just(kind::PERMISSION_RESOLVED), Just(kind::REWIND),
+            Just("weird"),
         ],
         prop_oneof![
             Just(String::from("{}")),
@@ -371,7 +434,7 @@ proptest! {
                 "code": s, "message": s, "system": s, "title": s, "by": "user",
                 "reasoning": if r { Some(s.clone()) } else { None },
                 "key_findings": [s], "call_id": "c", "name": "n", "status": "ok",
-                "decision": "allow", "args": s,
+                "decision": "allow", "args": s, "to_seq": t, "edited_seq": t + 1,
             }).to_string()),
         ],
         0u64..40,

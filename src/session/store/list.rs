@@ -6,7 +6,8 @@ use rusqlite::{Connection, ErrorCode, params, params_from_iter};
 use super::read::session_row;
 use super::{Result, SessionRow, Store, StoreError};
 use crate::session::cursor::{ArchivedFilter, Cursor};
-use crate::session::events::SessionId;
+use crate::session::events::{Event, SessionId};
+use crate::session::projection::is_abandoned;
 use crate::session::search::{markers, parse_marked, plain_to_fts};
 
 /// Tokens of context in a search snippet (FTS5 allows up to 64).
@@ -65,6 +66,8 @@ pub struct SearchHit {
     /// `[start, end)` character ranges of `snippet` that matched.
     pub highlights: Vec<[usize; 2]>,
     pub created_at: String,
+    /// The event lies in a branch an edit abandoned (SPEC §14): still found, marked.
+    pub abandoned: bool,
 }
 
 /// The list statement for one query: fixed fragments only (every value a client sends is
@@ -217,9 +220,28 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
             snippet,
             highlights,
             created_at,
+            abandoned: false,
         });
     }
+    mark_abandoned(conn, &mut hits)?;
     Ok(hits)
+}
+
+/// Marks the hits a later rewind hides, reading each session's rewinds once (through
+/// their index; most sessions have none).
+fn mark_abandoned(conn: &Connection, hits: &mut [SearchHit]) -> Result<()> {
+    let mut rewinds: std::collections::HashMap<SessionId, Vec<Event>> =
+        std::collections::HashMap::new();
+    for h in hits.iter_mut() {
+        let list = match rewinds.entry(h.session_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(super::read::rewinds(conn, h.session_id)?)
+            }
+        };
+        h.abandoned = is_abandoned(list, h.seq);
+    }
+    Ok(())
 }
 
 /// In FTS mode the query text is the only part of the statement a client controls, so a

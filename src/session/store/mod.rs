@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod list;
 mod read;
 pub mod schema;
+mod tree;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -75,6 +76,12 @@ pub enum StoreError {
     Migration(#[from] refinery::Error),
     #[error("the database holds data this brain cannot read: {0}")]
     Corrupt(String),
+    /// An edit of a message that cannot be edited (SPEC §14).
+    #[error("that message cannot be edited: {0}")]
+    NotEditable(#[from] crate::session::projection::NotEditable),
+    /// A fork at a seq it cannot be made at (SPEC §14).
+    #[error("cannot fork there: {0}")]
+    BadForkPoint(#[from] crate::session::projection::BadForkPoint),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -4,7 +4,8 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, SessionRow, Store, StoreError};
-use crate::session::events::{Decoded, Event, Payload, SessionId, kind};
+use crate::session::events::{Event, SessionId, kind};
+use crate::session::projection::visible_compaction_boundary;
 
 /// Maps a `SELECT id, title, archived, system, created_at, updated_at` row.
 pub(super) fn session_row(r: &Row<'_>) -> rusqlite::Result<Result<SessionRow>> {
@@ -57,14 +58,14 @@ impl Store {
         Ok(events)
     }
 
-    /// What the LLM context needs (SPEC §4 step 1): `session_started`, then every event
-    /// after the newest compaction's boundary (the compaction itself among them). Without a
-    /// compaction, the whole log.
+    /// What the LLM context needs (SPEC §4 steps 0 and 1): `session_started`, then every
+    /// event after the newest *visible* compaction's boundary (the compaction itself among
+    /// them; one a later rewind hid does not count). Without one, the whole log.
     pub fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
         let mut conn = self.reader()?;
         let tx = conn.transaction()?;
         require_session(&tx, id)?;
-        let boundary = newest_compaction_boundary(&tx, id)?;
+        let boundary = visible_compaction_boundary(&shaping_events(&tx, id)?);
         let mut events = Vec::new();
         if boundary > 0 {
             events.extend(events_after(&tx, id, 0, Some(1))?);
@@ -101,7 +102,7 @@ fn require_session(conn: &Connection, id: SessionId) -> Result<()> {
     }
 }
 
-fn events_after(
+pub(super) fn events_after(
     conn: &Connection,
     id: SessionId,
     after_seq: u64,
@@ -119,21 +120,25 @@ fn events_after(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The newest decodable compaction's `replaces_through_seq`, 0 without one. An unreadable
-/// compaction is passed over, as the projection skips it.
-fn newest_compaction_boundary(conn: &Connection, id: SessionId) -> Result<u64> {
+/// The session's rewinds and compactions, in seq order: all step 0 needs to tell which
+/// compaction is the newest visible one (each kind found through its partial index).
+pub(super) fn shaping_events(conn: &Connection, id: SessionId) -> Result<Vec<Event>> {
+    let mut events = events_of_kind(conn, id, kind::COMPACTION_APPLIED)?;
+    events.extend(rewinds(conn, id)?);
+    events.sort_by_key(|e| e.seq);
+    Ok(events)
+}
+
+/// The session's rewinds, in seq order.
+pub(super) fn rewinds(conn: &Connection, id: SessionId) -> Result<Vec<Event>> {
+    events_of_kind(conn, id, kind::REWIND)
+}
+
+fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT payload FROM session_events
-         WHERE session_id = ?1 AND kind = ?2 ORDER BY seq DESC",
+        "SELECT seq, kind, payload, created_at FROM session_events
+         WHERE session_id = ?1 AND kind = ?2 ORDER BY seq",
     )?;
-    let mut rows = stmt.query(rusqlite::params![id.to_string(), kind::COMPACTION_APPLIED])?;
-    while let Some(row) = rows.next()? {
-        let payload: String = row.get(0)?;
-        if let Decoded::Known(Payload::CompactionApplied(c)) =
-            Payload::decode(kind::COMPACTION_APPLIED, &payload)
-        {
-            return Ok(c.replaces_through_seq);
-        }
-    }
-    Ok(0)
+    let rows = stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

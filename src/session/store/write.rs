@@ -7,7 +7,7 @@ use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
 use crate::session::events::{
     CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy,
+    SessionTitled, TitledBy, kind,
 };
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
@@ -61,7 +61,11 @@ impl<'a> Writer<'a> {
                  VALUES (?1, ?2, 0, ?3, ?4, ?4)",
             )?
             .execute(params![id.to_string(), title, system, now])?;
-        let started = Payload::SessionStarted(SessionStarted { title, system });
+        let started = Payload::SessionStarted(SessionStarted {
+            title,
+            system,
+            forked_from: None,
+        });
         self.insert_event(id, started.kind(), &started.to_json(), &now)?;
         self.session(id)
     }
@@ -107,16 +111,23 @@ impl<'a> Writer<'a> {
             .ok_or(StoreError::SessionNotFound(id))?
     }
 
-    /// The seq of the session's newest `compaction_applied` (0 without one): what a
-    /// compaction compares before it appends.
-    pub fn newest_compaction_seq(&self, id: SessionId) -> Result<u64> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                 WHERE session_id = ?1 AND kind = 'compaction_applied'",
-            )?
-            .query_row([id.to_string()], |r| r.get(0))?)
+    /// The seq of the session's newest `compaction_applied` or `rewind` (0 without one):
+    /// what a compaction compares before it appends. Either one changes which events the
+    /// context holds, so a plan made before it is stale (an edit during a post-persist
+    /// compaction must not get a summary of the branch it abandoned).
+    pub fn newest_shaping_seq(&self, id: SessionId) -> Result<u64> {
+        let mut newest = 0;
+        for k in [kind::COMPACTION_APPLIED, kind::REWIND] {
+            let seq: u64 = self
+                .conn
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                     WHERE session_id = ?1 AND kind = ?2",
+                )?
+                .query_row(params![id.to_string(), k], |r| r.get(0))?;
+            newest = newest.max(seq);
+        }
+        Ok(newest)
     }
 
     /// The session's newest seq (0 if it has no events, which a valid session never does).
@@ -190,7 +201,7 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    fn require_session(&self, id: SessionId) -> Result<()> {
+    pub(super) fn require_session(&self, id: SessionId) -> Result<()> {
         let exists: bool = self
             .conn
             .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
@@ -205,7 +216,7 @@ impl<'a> Writer<'a> {
     /// Inserts the row with seq = the session's last + 1 and a fresh search key. Safe only
     /// inside the writer's `BEGIN IMMEDIATE` transaction, which makes the read and the insert
     /// one step.
-    fn insert_event(
+    pub(super) fn insert_event(
         &mut self,
         id: SessionId,
         kind: &str,
@@ -234,7 +245,12 @@ impl<'a> Writer<'a> {
         })
     }
 
-    fn apply_cache_effect(&mut self, id: SessionId, effect: &CacheEffect, now: &str) -> Result<()> {
+    pub(super) fn apply_cache_effect(
+        &mut self,
+        id: SessionId,
+        effect: &CacheEffect,
+        now: &str,
+    ) -> Result<()> {
         let key = id.to_string();
         if let Some(title) = &effect.title {
             self.conn

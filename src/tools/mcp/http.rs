@@ -133,6 +133,7 @@ impl Shared {
 
     /// One request, start to end: POST, then its answer from the JSON body or the stream.
     fn exchange(&self, id: u64, body: String, timeout: Duration) -> Result<Value, McpError> {
+        let deadline = Instant::now() + timeout;
         let resp = self.post(body, timeout)?;
         let is_stream = resp
             .headers()
@@ -153,7 +154,7 @@ impl Shared {
                 )));
             }
             let text = String::from_utf8_lossy(&bytes);
-            return self.find_answer(id, &text)?.ok_or_else(|| {
+            return self.find_answer(id, &text, deadline)?.ok_or_else(|| {
                 McpError::Protocol("the answer is not the response to the request".into())
             });
         }
@@ -181,15 +182,25 @@ impl Shared {
                 if f.data.trim().is_empty() {
                     continue;
                 }
-                if let Some(answer) = self.find_answer(id, &f.data)? {
+                if let Some(answer) = self.find_answer(id, &f.data, deadline)? {
                     return Ok(answer);
                 }
+            }
+            // The caller has given up by now: a server that keeps the stream busy (pings
+            // every few seconds) does not keep this thread alive past the call's deadline.
+            if Instant::now() >= deadline {
+                return Err(McpError::Timeout(timeout));
             }
         }
     }
 
     /// Handles every message in `text`; the answer to `id` if it is there.
-    fn find_answer(&self, id: u64, text: &str) -> Result<Option<Value>, McpError> {
+    fn find_answer(
+        &self,
+        id: u64,
+        text: &str,
+        deadline: Instant,
+    ) -> Result<Option<Value>, McpError> {
         let messages = jsonrpc::parse(text).map_err(|e| McpError::Protocol(e.to_string()))?;
         let mut answer = None;
         for m in messages {
@@ -206,7 +217,12 @@ impl Shared {
                         "roots/list" => Ok(json!({"roots": []})),
                         _ => Err((jsonrpc::METHOD_NOT_FOUND, "brain does not offer this")),
                     };
-                    let _ = self.post(jsonrpc::response(&theirs, reply), NOTIFY_TIMEOUT);
+                    // Answered within what is left of the call's time, never longer.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if !left.is_zero() {
+                        let _ =
+                            self.post(jsonrpc::response(&theirs, reply), left.min(NOTIFY_TIMEOUT));
+                    }
                 }
                 Incoming::Notification { method, .. } => {
                     if method == "notifications/tools/list_changed" {

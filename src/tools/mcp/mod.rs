@@ -25,6 +25,9 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05
 /// a result is cut far below this before a model sees it, so more is a broken server.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The most tools read from one server's listing, whatever its pages say.
+pub const MAX_LISTED_TOOLS: usize = 4096;
+
 /// The most `tools/list` pages followed (a server whose cursor never ends is broken).
 pub const MAX_TOOL_PAGES: usize = 100;
 
@@ -160,6 +163,11 @@ impl Server {
                 .ok_or_else(|| McpError::Protocol("tools/list without `tools`".into()))?;
             for t in listed {
                 tools.push(tool_info(t)?);
+            }
+            if tools.len() > MAX_LISTED_TOOLS {
+                return Err(McpError::Protocol(format!(
+                    "tools/list gave more than {MAX_LISTED_TOOLS} tools"
+                )));
             }
             match page.get("nextCursor").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),

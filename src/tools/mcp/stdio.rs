@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,11 @@ use serde_json::{Value, json};
 
 use super::jsonrpc::{self, Incoming};
 use super::{Link, MAX_MESSAGE_BYTES, McpError};
+
+/// The only variables of brain's environment a server gets (the configuration adds more).
+pub const INHERITED_ENV: &[&str] = &["PATH", "HOME"];
+/// The most bytes queued for a server's stdin: past this it has stopped reading.
+pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long a closing server gets to exit after its stdin closes, before it is killed.
 pub const EXIT_GRACE: Duration = Duration::from_secs(2);
@@ -49,7 +54,11 @@ struct Shared {
     /// Signalled when `broken` is set.
     ended: Condvar,
     tools_changed: AtomicBool,
-    stdin: Mutex<Option<ChildStdin>>,
+    /// Lines for the writer thread, which alone touches the server's stdin: a server that
+    /// stops reading blocks that thread, never a caller, the reader or `close`.
+    outbox: Mutex<Option<mpsc::Sender<String>>>,
+    /// Bytes queued in `outbox` and not yet written.
+    queued: AtomicUsize,
     stderr_tail: Mutex<VecDeque<String>>,
 }
 
@@ -63,7 +72,7 @@ impl Shared {
         }
         drop(broken);
         self.ended.notify_all();
-        self.stdin.lock().take();
+        self.outbox.lock().take();
         for (_, w) in self.pending.lock().drain() {
             let _ = w.send(Err(McpError::Closed(self.describe(&why))));
         }
@@ -78,9 +87,11 @@ impl Shared {
         }
     }
 
+    /// Queues one line for the writer thread. A server that has let more than
+    /// [`MAX_QUEUED_BYTES`] pile up unread has stopped reading: the connection ends.
     fn write_line(&self, line: &str) -> Result<(), McpError> {
-        let mut stdin = self.stdin.lock();
-        let Some(pipe) = stdin.as_mut() else {
+        let outbox = self.outbox.lock();
+        let Some(tx) = outbox.as_ref() else {
             let why = self
                 .broken
                 .lock()
@@ -88,26 +99,48 @@ impl Shared {
                 .unwrap_or_else(|| "closed".into());
             return Err(McpError::Closed(self.describe(&why)));
         };
-        let written = pipe
-            .write_all(line.as_bytes())
-            .and_then(|()| pipe.write_all(b"\n"))
-            .and_then(|()| pipe.flush());
-        drop(stdin);
-        written.map_err(|e| {
-            // A closed pipe usually means the process has exited: the reader is about to
-            // say so, with its last words, which say more than EPIPE.
-            let mut broken = self.broken.lock();
-            if broken.is_none() {
-                self.ended
-                    .wait_for(&mut broken, STDERR_SETTLE + CANCEL_POLL);
-            }
-            let why = broken
-                .clone()
-                .unwrap_or_else(|| format!("cannot write to it: {e}"));
-            drop(broken);
+        let size = line.len() + 1;
+        if self.queued.load(Ordering::SeqCst) + size > MAX_QUEUED_BYTES {
+            drop(outbox);
+            let why = format!(
+                "it stopped reading its input ({MAX_QUEUED_BYTES} bytes wait to be written)"
+            );
             self.fail(why.clone());
-            McpError::Closed(self.describe(&why))
-        })
+            return Err(McpError::Closed(why));
+        }
+        self.queued.fetch_add(size, Ordering::SeqCst);
+        let sent = tx.send(format!("{line}\n"));
+        drop(outbox);
+        sent.map_err(|_| McpError::Closed("its input is closed".into()))
+    }
+
+    /// The writer thread's failure to write: the process has usually exited, and the
+    /// reader is about to say so with its last words, which say more than EPIPE.
+    fn write_failed(&self, e: &std::io::Error) {
+        let mut broken = self.broken.lock();
+        if broken.is_none() {
+            self.ended
+                .wait_for(&mut broken, STDERR_SETTLE + CANCEL_POLL);
+        }
+        let why = broken
+            .clone()
+            .unwrap_or_else(|| format!("cannot write to it: {e}"));
+        drop(broken);
+        self.fail(why);
+    }
+}
+
+/// The writer thread: the queued lines, in order, until the connection ends.
+fn write_stdin(shared: &Shared, mut stdin: ChildStdin, lines: mpsc::Receiver<String>) {
+    for line in lines {
+        shared.queued.fetch_sub(line.len(), Ordering::SeqCst);
+        if let Err(e) = stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush())
+        {
+            shared.write_failed(&e);
+            return;
+        }
     }
 }
 
@@ -122,6 +155,14 @@ impl StdioLink {
     /// Starts the process and its reader threads. `name` is for the log.
     pub fn spawn(name: &str, how: &Spawn) -> Result<StdioLink, McpError> {
         let mut cmd = Command::new(&how.command);
+        // Only the environment the configuration names, plus PATH and HOME (SPEC §12): a
+        // server never sees brain's API keys or token.
+        cmd.env_clear();
+        for name in INHERITED_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
         cmd.args(&how.args)
             .envs(how.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
@@ -163,23 +204,31 @@ impl StdioLink {
             let _ = child.kill();
             return Err(McpError::Spawn("its pipes could not be opened".into()));
         };
+        let (outbox, lines) = mpsc::channel::<String>();
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             pending: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             ended: Condvar::new(),
             tools_changed: AtomicBool::new(false),
-            stdin: Mutex::new(Some(stdin)),
+            outbox: Mutex::new(Some(outbox)),
+            queued: AtomicUsize::new(0),
             stderr_tail: Mutex::new(VecDeque::new()),
         });
         let reader = Arc::clone(&shared);
         let logger = Arc::clone(&shared);
+        let writer = Arc::clone(&shared);
         // Dropped when stderr ends, so a server that dies can be described by its last
         // words (they may arrive just after its stdout closes).
         let (stderr_open, stderr_done) = mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
-            .name(format!("mcp-{name}"))
-            .spawn(move || read_stdout(&reader, stdout, &stderr_done))
+            .name(format!("mcp-{name}-in"))
+            .spawn(move || write_stdin(&writer, stdin, lines))
+            .and_then(|_| {
+                std::thread::Builder::new()
+                    .name(format!("mcp-{name}"))
+                    .spawn(move || read_stdout(&reader, stdout, &stderr_done))
+            })
             .and_then(|_| {
                 std::thread::Builder::new()
                     .name(format!("mcp-{name}-stderr"))
