@@ -4,13 +4,16 @@ import { $, state, setStatus } from './js/dom.js';
 import { api } from './js/api.js';
 import { loadSessions, onSearch } from './js/sessions.js';
 import { initLayout, contextToggled } from './js/layout.js';
-import { openSession, renderHeader, retry, send, refreshContext, loadModels, startRename, onDelete, showEmpty } from './js/session.js';
+import { openSession, renderHeader, retry, send, sendEdit, refreshContext, loadModels, startRename, onDelete, showEmpty } from './js/session.js';
+import { initVersions } from './js/versions.js';
 
 // On a touch screen there is no Shift+Enter: Enter makes a new line and Send sends.
 const touch = window.matchMedia('(pointer: coarse)');
 
 function init() {
   initLayout();
+  // A fork opens at once and joins the list.
+  initVersions({ edit: sendEdit, open: async (id) => { await openSession(id, true); loadSessions(true); } });
   if (touch.matches) $('message').placeholder = 'Message brain…';
   $('composer').addEventListener('submit', send);
   $('message').addEventListener('keydown', (e) => {

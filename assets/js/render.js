@@ -4,6 +4,7 @@
 import { el, tokens, state } from './dom.js';
 import { toolElement, permissionElement } from './tools.js';
 import { enhanceCode, copyButton } from './code.js';
+import { userElement, forkButton } from './versions.js';
 
 let markedReady = false;
 function setupMarkdown() {
@@ -44,7 +45,7 @@ export function itemElement(item) {
   let node;
   switch (item.kind) {
     case 'user':
-      node = el('div', 'msg user', item.text);
+      node = userElement(item);
       break;
     case 'assistant': {
       node = el('div', 'msg assistant');
@@ -72,7 +73,7 @@ export function itemElement(item) {
     }
     case 'error':
       node = failureNotice(item.code, item.message, false);
-      node.dataset.turn = item.turn;
+      node.append(actionsRow());
       break;
     case 'compaction': {
       // An extractive digest stands in when no model could summarise: say so on the divider.
@@ -85,23 +86,46 @@ export function itemElement(item) {
         badge.title = 'No summary could be written; this keeps the first sentence of each earlier message.';
         head.append(' ', badge);
       }
-      node.append(head, markdown(item.summary));
+      node.append(head, markdown(item.summary), actionsRow());
       break;
     }
     case 'title':
       node = el('div', item.by === 'auto' ? 'notice title-auto' : 'notice', 'Renamed to “' + item.title + '”' + (item.by === 'auto' ? ' (automatic)' : ''));
+      node.append(' ', forkButton());
       break;
     case 'tool':
       node = toolElement(item);
+      node.append(actionsRow());
       break;
     case 'permission':
       node = permissionElement(item, state.id);
+      node.append(actionsRow());
+      break;
+    case 'rewind':
+      // An edit's mark: its versions are paged where the message is (versions.js).
+      node = el('div', 'rewind-mark');
+      node.hidden = true;
       break;
     default:
       node = el('div', 'notice unreadable', 'An event this version cannot show (' + (item.event_kind || item.kind) + ')');
+      node.append(' ', forkButton());
   }
-  node.dataset.seq = item.seq;
+  // What versions.js groups by: kind, turn and attempt, edits, the branch an item is on.
+  const d = node.dataset;
+  d.seq = item.seq;
+  d.kind = item.kind;
+  if (item.turn != null) d.turn = item.turn;
+  if (item.attempt != null) d.attempt = item.attempt;
+  if (item.kind === 'rewind') d.editedSeq = item.edited_seq;
+  if (item.kind === 'compaction') d.replacesThroughSeq = item.replaces_through_seq;
+  if (item.abandoned) { d.abandoned = 'true'; node.classList.add('abandoned'); }
   return node;
+}
+
+function actionsRow() {
+  const row = el('div', 'item-actions');
+  row.append(forkButton());
+  return row;
 }
 
 // What ended an interrupted answer, from its `ended` ({code, message}, or null when brain
@@ -156,7 +180,7 @@ function answerActions(item) {
   const copy = copyButton('Copy', () => item.text || '');
   copy.classList.add('copy-answer');
   copy.title = 'Copy this answer as markdown';
-  bar.append(copy);
+  bar.append(copy, forkButton());
   return bar;
 }
 

@@ -6,7 +6,8 @@ import { failureNotice, itemElement, markdown } from './render.js';
 import { loadSessions } from './sessions.js';
 import { providerBanner } from './layout.js';
 import { followTitle } from './title.js';
-import { renderItems, startPaging, reveal, isOpen, offerRetry, placeTitles } from './transcript.js';
+import { renderItems, startPaging, reveal, isOpen, offerRetry, arrange } from './transcript.js';
+import { flatten, showNewest } from './versions.js';
 import { toolFrames, expireQuestions, lastQuestion } from './tools.js';
 
 
@@ -94,6 +95,8 @@ async function refreshTail(id) {
   if (!data || state.id !== id) return;
   const mine = view;
   const first = data.items.length ? data.items[0].seq : Infinity;
+  // Out of their version and attempt groups, to be sorted and grouped again below.
+  flatten(t);
   // Replaced: items the new page holds again, and what the stream showed before it was
   // saved (the question at seq 0, the live bubble, error notices: no seq of their own).
   const children = [...t.children].filter((n) => !n.matches('.transcript-top, .empty'));
@@ -111,7 +114,7 @@ async function refreshTail(id) {
   stale.forEach((n) => n.remove());
   t.append(renderItems(data.items));
   expireQuestions(t, null);
-  placeTitles(t);
+  arrange(t);
   if (follow) t.scrollTop = t.scrollHeight;
   if (!data.session.turn_active) offerRetry(retry);
   refreshContext();
@@ -191,13 +194,25 @@ function streamInto(adopted, mine) {
   };
 }
 
-export async function runStream(path, body, id, adopted) {
+// `opts.accepted()` runs once the server took the request; `opts.refused(error)` when it did
+// not (an HTTP error before any frame): then nothing on the page changes but what it does.
+export async function runStream(path, body, id, adopted, opts = {}) {
   const mine = view;
   setStreaming(true);
+  // A new message, answer or edit (not a re-attach): every pager shows the newest again.
+  if (body) showNewest();
+  let accepted = false;
   try {
     const res = await fetch(path, { method: body ? 'POST' : 'GET', headers: headers(!!body), body: body ? JSON.stringify(body) : undefined });
+    if (res.ok) { accepted = true; if (opts.accepted) opts.accepted(); }
     await readFrames(res, streamInto(adopted, mine));
-  } catch (e) { if (view === mine) setStatus(e.message); }
+  } catch (e) {
+    if (!accepted && opts.refused) {
+      if (view === mine) { setStreaming(false); opts.refused(e); }
+      return;
+    }
+    if (view === mine) setStatus(e.message);
+  }
   loadSessions(true);
   // The reader went to another session meanwhile: this stream's end is not that page's.
   if (view !== mine) return;
@@ -210,6 +225,24 @@ export async function runStream(path, body, id, adopted) {
 }
 
 function attachLive(id, adopted) { runStream('/v1/sessions/' + id + '/live', null, id, adopted); }
+
+// Sends an edit of user message `seq` (SPEC §14): the new version and its answer stream in
+// below, like a new message.
+export function sendEdit(seq, text, opts) {
+  if (!state.id || state.streaming) return;
+  setStatus('');
+  const id = state.id;
+  const model = $('model').value || undefined;
+  runStream('/v1/sessions/' + id + '/messages', { message: text, edit_of: seq, model }, id, null, {
+    accepted: () => {
+      opts.accepted();
+      const t = $('transcript');
+      t.append(itemElement({ kind: 'user', text, seq: 0 }));
+      t.scrollTop = t.scrollHeight;
+    },
+    refused: opts.refused,
+  });
+}
 
 export async function send(event) {
   if (event) event.preventDefault();

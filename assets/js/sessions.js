@@ -49,6 +49,8 @@ function hitLink(h) {
   const a = el('a', 'hit');
   a.href = '/sessions/' + h.session_id + '#seq-' + h.seq;
   a.append(el('span', 'kind', label(h)), highlighted(h.snippet, h.highlights));
+  // A hit in a branch an edit left: it opens there (the pager switches to it).
+  if (h.abandoned) a.append(' ', el('span', 'kind earlier', 'earlier version'));
   a.addEventListener('click', (e) => { e.preventDefault(); openSession(h.session_id, true, h.seq).catch((x) => setStatus(x.message)); });
   return a;
 }

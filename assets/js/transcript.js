@@ -4,6 +4,7 @@
 import { $, el } from './dom.js';
 import { api } from './api.js';
 import { itemElement } from './render.js';
+import { flatten, regroup, showNode } from './versions.js';
 
 const PAGE = 200;
 // Start fetching the previous page this far before the reader reaches the top.
@@ -54,7 +55,15 @@ export function startPaging(id, items, more) {
   showLoading(false);
   row.hidden = !pager.more;
   t.prepend(row);
+  arrange(t);
+}
+
+// Puts the loaded items in place: automatic titles after their answer, then versions and
+// attempts grouped (versions.js).
+export function arrange(t) {
+  flatten(t);
   placeTitles(t);
+  regroup(t);
 }
 
 // Fetches and prepends the page before the oldest loaded item; one fetch at a time.
@@ -72,7 +81,7 @@ export function loadEarlier() {
     const height = t.scrollHeight;
     const scrolled = t.scrollTop;
     top.after(renderItems(data.items));
-    placeTitles(t);
+    arrange(t);
     t.scrollTop = scrolled + (t.scrollHeight - height);
     pager.before = data.items.length ? data.items[0].seq : pager.before;
     pager.more = data.more && data.items.length > 0;
@@ -118,6 +127,7 @@ export async function reveal(seq) {
   t.querySelectorAll('.found').forEach((n) => n.classList.remove('found'));
   if (!best) return;
   best.classList.add('found');
+  showNode(best);
   best.scrollIntoView({ block: 'center' });
 }
 

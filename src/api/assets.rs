@@ -37,6 +37,8 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("js/title.js", JS),
     asset!("js/tools.js", JS),
     asset!("js/transcript.js", JS),
+    asset!("js/tree.js", JS),
+    asset!("js/versions.js", JS),
     asset!("favicon.svg", SVG),
     asset!("vendor/highlight.min.js", JS),
     asset!("vendor/marked.umd.js", JS),
