@@ -17,6 +17,7 @@
 //! - [`provider`]: the OpenAI-compatible client, SSE parser and model listing; knows
 //!   nothing of sessions.
 //! - [`tools`]: tools inside a turn: the MCP client (stdio and Streamable HTTP).
+//! - [`import`]: history from other tools (ChatGPT, Claude, Open WebUI, llm), §15.
 //! - [`clock`]: the one clock; every timestamp brain writes is formatted there.
 //! - [`config`]: named limits and defaults.
 //! - [`logging`]: the log (levels, timestamps, `RUST_LOG`).
@@ -30,6 +31,7 @@ pub mod chat;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod import;
 pub mod logging;
 pub mod provider;
 pub mod session;
