@@ -12,6 +12,10 @@
 
 use jiff::Timestamp;
 
+pub mod llm;
+pub mod openwebui;
+pub mod tree;
+
 /// The sources `--from` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
