@@ -28,6 +28,14 @@ use serde_json::Value;
 
 use super::{Conversation, Message, ReadError, Role, Source, tree};
 
+/// The first bytes of every SQLite database file (a `logs.db` is one).
+pub const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// Whether a file starting with `head` is a SQLite database, the shape of a `logs.db`.
+pub fn looks_like(head: &[u8]) -> bool {
+    head.starts_with(SQLITE_MAGIC)
+}
+
 /// The conversations of a `logs.db`, one at a time. After the first error it ends.
 pub fn read(path: &Path) -> Conversations {
     let (conn, queue, error) = match open(path) {

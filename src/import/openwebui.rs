@@ -25,6 +25,15 @@ const MILLIS_FROM: f64 = 100_000_000_000.0;
 /// that it is on every branch.
 pub const SYSTEM_ID: &str = "openwebui:system";
 
+/// Whether one element of a JSON array is shaped like an Open WebUI chat: a `chat` object
+/// holding a `history` (ChatGPT's have `mapping`, Claude's `chat_messages`).
+pub fn looks_like(element: &Value) -> bool {
+    element
+        .get("chat")
+        .and_then(|c| c.get("history"))
+        .is_some_and(Value::is_object)
+}
+
 /// The chats of an Open WebUI export, one at a time. After the first error it ends.
 pub fn read<R: BufRead>(reader: R) -> Chats<R> {
     Chats {

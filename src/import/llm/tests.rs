@@ -342,3 +342,59 @@ fn llm_datetimes() {
     assert_eq!(datetime(None), Ok(None));
     assert!(datetime(Some("13/01/2024")).is_err());
 }
+
+#[test]
+fn a_ten_thousand_message_thread() {
+    const N: usize = 10_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("logs.db");
+    let mut conn = Connection::open(&path).expect("create");
+    conn.execute_batch(NEW_SCHEMA).expect("schema");
+    let tx = conn.transaction().expect("tx");
+    for i in 0..N {
+        let parent = (i > 0).then(|| format!("h{}", i - 1));
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        tx.execute(
+            "INSERT INTO messages VALUES (?1, ?2, ?3, NULL)",
+            rusqlite::params![format!("h{i}"), parent, role],
+        )
+        .expect("message");
+        tx.execute(
+            "INSERT INTO parts (message_hash, position, type, text) VALUES (?1, 0, 'text', ?2)",
+            rusqlite::params![format!("h{i}"), format!("message {i}")],
+        )
+        .expect("part");
+        if i % 2 == 1 {
+            tx.execute(
+                "INSERT INTO turns (id, thread_id, parent_message_hash, tip_message_hash, \
+                 model, datetime_utc) VALUES (?1, 'long', ?2, ?3, 'm', ?4)",
+                rusqlite::params![
+                    format!("t{i}"),
+                    format!("h{}", i - 1),
+                    format!("h{i}"),
+                    format!("2026-01-01T00:00:{:02}.{i:06}+00:00", i / 1000)
+                ],
+            )
+            .expect("turn");
+        }
+    }
+    tx.execute(
+        "INSERT INTO threads VALUES ('long', NULL, ?1, NULL, '2026-01-01')",
+        [format!("h{}", N - 1)],
+    )
+    .expect("thread");
+    tx.commit().expect("commit");
+    drop(conn);
+    let all = read_all(&path).expect("reads");
+    let m = &all[0].messages;
+    assert_eq!(m.len(), N);
+    assert_eq!((m[0].id.as_str(), m[N - 1].id.as_str()), ("h0", "h9999"));
+    assert!(m.iter().all(|m| m.created_at.is_some()));
+}
+
+#[test]
+fn the_shape_is_recognised() {
+    let (_dir, path) = db(LEGACY_SCHEMA, "");
+    assert!(looks_like(&std::fs::read(&path).expect("read")[..100]));
+    assert!(!looks_like(b"[{\"id\": 1}]"));
+}

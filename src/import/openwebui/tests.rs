@@ -234,3 +234,77 @@ fn epochs_in_seconds_and_millis() {
     assert!(epoch(f64::NAN).is_err());
     assert!(epoch(1e300).is_err());
 }
+
+#[test]
+fn every_truncation_of_the_fixture_is_an_error_never_a_panic() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/import/openwebui.json"
+    );
+    let full = std::fs::read(path).expect("fixture");
+    let end = full.iter().rposition(|b| *b == b']').expect("array end");
+    for cut in 0..=end {
+        let results: Vec<_> = read(&full[..cut]).collect();
+        assert!(
+            results.last().is_some_and(Result::is_err),
+            "a file cut at byte {cut} must end in an error"
+        );
+        assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1);
+    }
+}
+
+#[test]
+fn a_ten_thousand_message_chat() {
+    const N: usize = 10_000;
+    let mut messages = serde_json::Map::new();
+    for i in 0..N {
+        let parent = if i == 0 {
+            Value::Null
+        } else {
+            Value::String(format!("m{}", i - 1))
+        };
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.insert(
+            format!("m{i}"),
+            serde_json::json!({"id": format!("m{i}"), "parentId": parent, "role": role,
+                "content": format!("message {i}"), "timestamp": 1_700_000_000 + i}),
+        );
+    }
+    let chat = serde_json::json!([{"id": "long", "chat": {"history": {
+        "messages": messages, "currentId": format!("m{}", N - 1)}}}]);
+    let all: Vec<_> = read(chat.to_string().as_bytes())
+        .collect::<Result<_, _>>()
+        .expect("reads");
+    assert_eq!(all[0].messages.len(), N);
+    assert_eq!(all[0].messages[N - 1].text, format!("message {}", N - 1));
+}
+
+proptest::proptest! {
+    /// Whatever the bytes, the reader ends (with at most one error, last) and never panics.
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(
+        proptest::sample::select(b"[]{},:\"0123456789 aeinrtu\\.-".to_vec()), 0..200)) {
+        let results: Vec<_> = read(&bytes[..]).collect();
+        let errors = results.iter().filter(|r| r.is_err()).count();
+        proptest::prop_assert!(errors <= 1);
+        if errors == 1 {
+            proptest::prop_assert!(results.last().is_some_and(Result::is_err));
+        }
+    }
+}
+
+#[test]
+fn the_shape_is_recognised() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/import/openwebui.json"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("json");
+    assert!(looks_like(&v[0]));
+    assert!(!looks_like(
+        &serde_json::json!({"mapping": {}, "current_node": "x"})
+    ));
+    assert!(!looks_like(
+        &serde_json::json!({"uuid": "u", "chat_messages": []})
+    ));
+}
