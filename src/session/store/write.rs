@@ -171,6 +171,7 @@ impl<'a> Writer<'a> {
                 started.system,
                 first.created_at
             ])?;
+        let mut latest = first.created_at.clone();
         for (i, e) in events.iter().enumerate() {
             if e.seq != i as u64 + 1 {
                 return Err(StoreError::Corrupt(format!(
@@ -181,9 +182,19 @@ impl<'a> Writer<'a> {
             }
             self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
             if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
-                self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
+                let effect = p.cache_effect();
+                self.apply_cache_effect(id, &effect, &e.created_at)?;
+                if effect.touches_updated_at && e.created_at > latest {
+                    latest = e.created_at.clone();
+                }
             }
         }
+        // The newest of the times that moved it, not the last: a fork's copies keep their
+        // source's older times after its own, newer `session_started` (and live, times
+        // only grow, so the two agree).
+        self.conn
+            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+            .execute(params![id.to_string(), latest])?;
         Ok(())
     }
 
