@@ -92,3 +92,5 @@ pub struct ReadError {
     pub id: Option<String>,
     pub reason: String,
 }
+
+pub mod convert;

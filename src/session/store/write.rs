@@ -65,6 +65,7 @@ impl<'a> Writer<'a> {
             title,
             system,
             forked_from: None,
+            imported_from: None,
         });
         self.insert_event(id, started.kind(), &started.to_json(), &now)?;
         self.session(id)
