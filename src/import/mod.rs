@@ -93,4 +93,9 @@ pub struct ReadError {
     pub reason: String,
 }
 
+pub mod apply;
+pub mod chatgpt;
+pub mod claude;
 pub mod convert;
+pub mod detect;
+pub mod stream;
