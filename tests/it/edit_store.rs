@@ -134,6 +134,7 @@ fn a_fork_copies_seqs_kinds_payload_bytes_and_times() {
                 session_id: source.to_string(),
                 seq: 9
             }),
+            imported_from: None,
         }
     );
     // The copies renamed and archived it; the fork says its own title and is not archived,

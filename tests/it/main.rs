@@ -12,6 +12,7 @@ mod edit_api;
 mod edit_cli;
 mod edit_store;
 mod engine;
+mod import;
 mod ledger;
 mod listing;
 mod mcp;

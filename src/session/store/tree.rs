@@ -88,6 +88,7 @@ impl Writer<'_> {
                 session_id: source.to_string(),
                 seq: through,
             }),
+            imported_from: None,
         });
         self.insert_event(id, head.kind(), &head.to_json(), &now)?;
         let (mut renamed, mut archived) = (false, false);
