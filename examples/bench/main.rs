@@ -10,10 +10,12 @@
 //! cargo run --release --example bench -- http                       # wrk on two routes
 //! cargo run --release --example bench -- local URL [serve flags]     # a small local model
 //! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
+//! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
 //! ```
 
 mod footprint;
 mod http;
+mod import;
 mod local;
 mod projection;
 mod store;
@@ -35,9 +37,10 @@ fn main() -> ExitCode {
         Some("http") => http::run(),
         Some("local") => local::run(rest),
         Some("tools") => tools::run(rest),
+        Some("import") => import::run(rest),
         _ => {
             eprintln!(
-                "usage: bench store|projection|first-token|cost|footprint|http|local|tools [args]"
+                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import [args]"
             );
             return ExitCode::from(2);
         }

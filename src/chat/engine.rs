@@ -281,18 +281,20 @@ impl Engine {
         through_seq: Option<u64>,
     ) -> Result<crate::session::SessionRow, EngineError> {
         self.accepting()?;
-        // Held across the write so the attempt seen is the one running while the copy is
-        // made (an attempt that starts later writes after it).
+        // Which attempt runs, and how far the log reached then, read together under the
+        // registry's lock; the copy (maybe long) is made after letting it go, so no other
+        // session waits for it. An attempt that starts meanwhile writes past `upto`.
         let turns = lock(&self.inner.turns);
         let active = turns
             .get(&id)
             .filter(|t| !t.is_done())
             .map(|t| (t.turn, t.attempt));
+        let upto = self.inner.store.last_seq(id)?;
+        drop(turns);
         let row = self
             .inner
             .store
-            .write(|w| w.fork(id, through_seq, active))?;
-        drop(turns);
+            .write(|w| w.fork(id, through_seq, active, upto))?;
         Ok(row)
     }
 
@@ -303,7 +305,9 @@ impl Engine {
         self.admit(&turns, id)?;
         // Only the live tail can hold a retryable message: one compacted away is gone.
         let events = self.inner.store.events_for_context(id)?;
-        let turn = events
+        // The newest user message the model still sees: one an edit replaced is not
+        // retried (its branch is abandoned, §14).
+        let turn = crate::session::projection::tree::visible(&events)
             .iter()
             .filter(|e| e.kind == kind::USER_MESSAGE)
             .map(|e| e.seq)

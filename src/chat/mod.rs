@@ -23,5 +23,5 @@ pub mod engine;
 pub mod frames;
 pub mod post_turn;
 pub mod residue;
-mod steps;
+pub(crate) mod steps;
 pub mod summarizer;

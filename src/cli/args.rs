@@ -299,6 +299,23 @@ pub enum ExportFormat {
     Markdown,
 }
 
+/// Which tool wrote an import's file (SPEC §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFrom {
+    /// Recognise the format by its shape
+    Auto,
+    /// This project's JSONL export
+    Brain,
+    /// ChatGPT's conversations.json
+    Chatgpt,
+    /// Claude's conversations.json
+    Claude,
+    /// Open WebUI's chat export
+    Openwebui,
+    /// Simon Willison's llm logs.db
+    Llm,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
     /// List sessions, most recently active first
@@ -377,10 +394,15 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Read a JSONL export into this database (all of it or, on any bad line, nothing)
+    /// Import history: brain's JSONL export, or ChatGPT, Claude, Open WebUI or llm
+    /// history (all of a file or, on any unreadable conversation, nothing; importing again
+    /// adds only what is new)
     Import {
-        /// The JSONL file (`-` for standard input)
+        /// The file (`-` for standard input)
         file: PathBuf,
+        /// Which tool wrote it
+        #[arg(long, value_enum, default_value_t = ImportFrom::Auto)]
+        from: ImportFrom,
     },
     /// Search messages, answers, summaries and titles
     Search {

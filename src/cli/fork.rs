@@ -20,7 +20,7 @@ pub fn in_process(
     as_json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let row = store.write(|w| w.fork(id, at, None))?;
+    let row = store.write(|w| w.fork(id, at, None, u64::MAX))?;
     let session = crate::api::views::session(&row, Some(false));
     print(id, &row_fields(&row), &session, as_json, out)
 }

@@ -8,6 +8,7 @@ mod args;
 mod chat;
 mod chat_edit;
 mod fork;
+mod import;
 pub mod lock;
 mod serve;
 mod sessions;
@@ -54,6 +55,8 @@ pub enum CliError {
     Tools(String),
     #[error("line {0} of the import: {1} (nothing was imported)")]
     Import(usize, String),
+    #[error("{0}")]
+    ImportFailed(String),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
     #[error("cannot read {}: {source}", path.display())]

@@ -60,25 +60,7 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             }
             Ok(sink.flush()?)
         }
-        SessionsCommand::Import { file } => {
-            let sessions = if file.as_os_str() == "-" {
-                transfer::read_jsonl(&mut std::io::stdin().lock())?
-            } else {
-                let f = std::fs::File::open(&file).map_err(|source| CliError::Input {
-                    path: file.clone(),
-                    source,
-                })?;
-                transfer::read_jsonl(&mut std::io::BufReader::new(f))?
-            };
-            let (n, events) = transfer::import(store, &sessions)?;
-            writeln!(
-                out,
-                "imported {} ({})",
-                count(n as u64, "session"),
-                count(events as u64, "event")
-            )?;
-            Ok(())
-        }
+        SessionsCommand::Import { file, from } => super::import::run(store, &file, from, out),
         SessionsCommand::List {
             query,
             archived,

@@ -96,3 +96,10 @@ pub struct ReadError {
     pub id: Option<String>,
     pub reason: String,
 }
+
+pub mod apply;
+pub mod chatgpt;
+pub mod claude;
+pub mod convert;
+pub mod detect;
+pub mod stream;

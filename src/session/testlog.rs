@@ -20,6 +20,7 @@ impl Log {
             title: None,
             system: system.into(),
             forked_from: None,
+            imported_from: None,
         }));
         log
     }

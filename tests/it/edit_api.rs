@@ -371,3 +371,49 @@ fn a_fork_has_the_sources_context_byte_for_byte_and_hits_the_prompt_cache() {
     );
     assert_eq!(status, 404);
 }
+
+/// A retry never resends a message an edit replaced: in a fork cut right after the
+/// edit's rewind (before its new message), the newest message the model sees is the
+/// first one, so that is what is retried (found by an outside review: the hidden second
+/// message was resent and its answer merged into the context).
+#[test]
+fn a_retry_after_a_rewind_retries_the_newest_visible_message() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let b = Brain::start(&db, &mock.url, &[]);
+    let id = new_session(&b);
+    for m in ["q one", "q two"] {
+        assert_eq!(send(&b, &id, json!({"message": m})).0, 200);
+    }
+    let (status, _, frames) = stream(
+        &b,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "q two, better", "edit_of": 4}),
+    );
+    assert_eq!(status, 200, "{frames:?}");
+    let rewind = items(&b, &id)
+        .into_iter()
+        .find(|i| i["kind"] == "rewind")
+        .unwrap();
+    let (status, fork) = call(
+        &b,
+        "POST",
+        &format!("/v1/sessions/{id}/fork"),
+        Some(json!({"through_seq": rewind["seq"]})),
+    );
+    assert_eq!(status, 201, "{fork}");
+    let fork = fork["id"].as_str().unwrap().to_owned();
+    assert_eq!(context_texts(&b, &fork).len(), 2, "q one and its answer");
+    let (status, _, frames) = stream(&b, &format!("/v1/sessions/{fork}/retry"), json!({}));
+    assert_eq!(status, 200);
+    assert_eq!(frames[0]["turn"], 2, "{frames:?}");
+    let sent = mock
+        .requests()
+        .into_iter()
+        .rfind(|r| r["stream"] == true)
+        .unwrap();
+    assert!(!sent.to_string().contains("q two"), "{sent}");
+    let ctx = context_texts(&b, &fork);
+    assert_eq!(ctx.len(), 2, "{ctx:?}");
+    assert!(!ctx.iter().any(|m| m.contains("q two")), "{ctx:?}");
+}

@@ -114,7 +114,9 @@ fn a_fork_copies_seqs_kinds_payload_bytes_and_times() {
     store.append(source, &answer(7, 1, "second")).unwrap(); // 8
     store.append(source, &archived(true)).unwrap(); // 9
     store.append(source, &user("three")).unwrap(); // 10
-    let fork = store.write(|w| w.fork(source, Some(9), None)).unwrap();
+    let fork = store
+        .write(|w| w.fork(source, Some(9), None, u64::MAX))
+        .unwrap();
     assert_eq!(fork.title.as_deref(), Some("renamed (fork)"));
     assert!(!fork.archived);
     let src = store.events(source, 0, None).unwrap();
@@ -132,6 +134,7 @@ fn a_fork_copies_seqs_kinds_payload_bytes_and_times() {
                 session_id: source.to_string(),
                 seq: 9
             }),
+            imported_from: None,
         }
     );
     // The copies renamed and archived it; the fork says its own title and is not archived,
@@ -155,7 +158,7 @@ fn a_fork_copies_seqs_kinds_payload_bytes_and_times() {
     // Bad points write nothing.
     let sessions = store.session_ids().unwrap().len();
     let bad = |through: Option<u64>, active: Option<(u64, u32)>| match store
-        .write(|w| w.fork(source, through, active))
+        .write(|w| w.fork(source, through, active, u64::MAX))
     {
         Err(StoreError::BadForkPoint(why)) => why,
         other => panic!("{other:?}"),
@@ -170,7 +173,7 @@ fn a_fork_copies_seqs_kinds_payload_bytes_and_times() {
     assert_eq!(store.session_ids().unwrap().len(), sessions);
     // The default stops before the running attempt's first checkpoint.
     let f = store
-        .write(|w| w.fork(source, None, Some((10, 1))))
+        .write(|w| w.fork(source, None, Some((10, 1)), u64::MAX))
         .unwrap();
     let copied = store.events(f.id, 0, None).unwrap();
     assert_eq!(copied.iter().filter(|e| e.seq <= 10).count(), 10);
@@ -183,7 +186,9 @@ fn an_untitled_session_forks_untitled_and_a_fork_of_seq_1_is_empty() {
     let store = db.open();
     let source = store.create_session(None, "sys".into()).unwrap().id;
     store.append(source, &user("one")).unwrap();
-    let fork = store.write(|w| w.fork(source, Some(1), None)).unwrap();
+    let fork = store
+        .write(|w| w.fork(source, Some(1), None, u64::MAX))
+        .unwrap();
     assert_eq!(fork.title, None);
     assert_eq!(store.events(fork.id, 0, None).unwrap().len(), 1);
 }
@@ -244,4 +249,28 @@ proptest! {
             prop_assert_eq!(tail, whole_log_context(&store, id));
         }
     }
+}
+
+/// A fork moved to another database (export, import) keeps its place in the list: its
+/// `updated_at` is its own creation, not the older time of the last event it copied
+/// (found by an outside review).
+#[test]
+fn a_fork_keeps_its_updated_at_through_export_and_import() {
+    let db = TempDb::new();
+    let store = db.open();
+    let source = store.create_session(None, "sys".into()).unwrap().id;
+    store.append(source, &user("one")).unwrap();
+    store.append(source, &answer(2, 1, "first")).unwrap();
+    let fork = store
+        .write(|w| w.fork(source, None, None, u64::MAX))
+        .unwrap();
+    let events = store.events(fork.id, 0, None).unwrap();
+    let other = TempDb::new();
+    let moved = other.open();
+    moved.write(|w| w.import_session(fork.id, &events)).unwrap();
+    let row = moved.session(fork.id).unwrap();
+    assert_eq!(
+        (row.created_at, row.updated_at),
+        (fork.created_at, fork.updated_at)
+    );
 }

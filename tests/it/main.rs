@@ -12,6 +12,7 @@ mod edit_api;
 mod edit_cli;
 mod edit_store;
 mod engine;
+mod import;
 mod import_llm;
 mod ledger;
 mod listing;

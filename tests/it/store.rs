@@ -247,6 +247,7 @@ fn session_started_is_written_only_at_creation() {
         title: None,
         system: "other".into(),
         forked_from: None,
+        imported_from: None,
     });
     assert!(matches!(
         store.append(row.id, &again),
@@ -262,6 +263,7 @@ fn session_started_is_written_only_at_creation() {
             title: Some("first".into()),
             system: "be kind".into(),
             forked_from: None,
+            imported_from: None,
         }))
     );
     assert_eq!(row.system, "be kind");

@@ -23,7 +23,7 @@ pub use tools::{
     CUT_MARKER, MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, PermissionRequested, PermissionResolved,
     ResultDigest, ToolExecution, cut_bytes, resolved_by, status,
 };
-pub use tree::{ForkedFrom, Rewind};
+pub use tree::{ForkedFrom, ImportedFrom, Rewind};
 
 /// The kind names as stored in `session_events.kind`.
 pub mod kind {
@@ -143,6 +143,14 @@ pub struct SessionStarted {
         deserialize_with = "tree::lenient"
     )]
     pub forked_from: Option<ForkedFrom>,
+    /// Set on a session imported from another tool (SPEC §15): the source and its id for
+    /// the conversation.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "tree::lenient"
+    )]
+    pub imported_from: Option<ImportedFrom>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -439,11 +447,16 @@ mod tests {
                 session_id: "0192e4a0-7b1c-7d3e-8f00-123456789abc".into(),
                 seq: 7,
             }),
+            imported_from: Some(ImportedFrom {
+                source: "chatgpt".into(),
+                id: "c-1".into(),
+            }),
         }));
         round_trip(Payload::SessionStarted(SessionStarted {
             title: None,
             system: String::new(),
             forked_from: None,
+            imported_from: None,
         }));
         round_trip(Payload::Rewind(Rewind {
             to_seq: 4,

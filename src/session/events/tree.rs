@@ -22,6 +22,14 @@ pub struct ForkedFrom {
     pub seq: u64,
 }
 
+/// Where an imported session came from (SPEC §15): the source (`chatgpt`, `claude`, …)
+/// and the source's id for the conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedFrom {
+    pub source: String,
+    pub id: String,
+}
+
 /// Decodes an optional field that must never make its event unreadable: a malformed value
 /// reads as absent. (`session_started` carries the system prompt: losing it over a bad
 /// `forked_from` would change every request of the session.)

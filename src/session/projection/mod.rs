@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-mod tree;
+pub mod tree;
 
 pub use tree::{
     BadForkPoint, NotEditable, abandoned, check_edit, fork_point, is_abandoned, visible,

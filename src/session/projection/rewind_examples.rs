@@ -287,3 +287,19 @@ fn the_tail_after_the_visible_compaction_projects_like_the_whole_log() {
         .collect();
     assert_eq!(llm_context(&tail), log.context());
 }
+
+/// A rewind to 0 (only an import can write one) never hides `session_started`: the model
+/// keeps its system prompt (found by an outside review).
+#[test]
+fn a_rewind_to_zero_keeps_the_system_prompt() {
+    let mut log = Log::new("the system prompt");
+    log.user("hello");
+    log.push(Payload::Rewind(Rewind {
+        to_seq: 0,
+        edited_seq: 2,
+    }));
+    log.user("again");
+    let ctx = log.context();
+    assert_eq!(ctx.system, "the system prompt");
+    assert_eq!(ctx.messages.len(), 1);
+}

@@ -14,7 +14,9 @@ pub fn abandoned(events: &[Event]) -> Vec<bool> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut hidden = vec![false; events.len()];
     for (i, e) in events.iter().enumerate().rev() {
-        if ranges.iter().any(|&(to, w)| to < e.seq && e.seq < w) {
+        // `session_started` is never hidden: a rewind to 0 (only an import can write one)
+        // must not take the system prompt away.
+        if e.seq > 1 && ranges.iter().any(|&(to, w)| to < e.seq && e.seq < w) {
             hidden[i] = true;
             continue;
         }

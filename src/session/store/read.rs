@@ -47,6 +47,16 @@ impl Store {
         .ok_or(StoreError::SessionNotFound(id))?
     }
 
+    /// The session's newest seq (0 for none), from a reader: never waits for the writer.
+    pub fn last_seq(&self, id: SessionId) -> Result<u64> {
+        let conn = self.reader()?;
+        Ok(conn
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = ?1",
+            )?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+
     /// A session's events with `seq > after_seq`, oldest first, at most `limit` of them
     /// (all when `None`).
     pub fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {

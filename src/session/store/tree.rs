@@ -57,9 +57,13 @@ impl Writer<'_> {
         source: SessionId,
         through: Option<u64>,
         active: Option<(u64, u32)>,
+        upto: u64,
     ) -> Result<SessionRow> {
         let row = self.session(source)?;
-        let events = events_after(self.conn(), source, 0, None)?;
+        // What the log held when the caller saw which attempt was active: a later
+        // attempt's events come after it and are never part of the fork.
+        let mut events = events_after(self.conn(), source, 0, None)?;
+        events.retain(|e| e.seq <= upto);
         let through = fork_point(&events, through, active)?;
         let Some(Decoded::Known(Payload::SessionStarted(started))) =
             events.first().map(Event::decode)
@@ -84,6 +88,7 @@ impl Writer<'_> {
                 session_id: source.to_string(),
                 seq: through,
             }),
+            imported_from: None,
         });
         self.insert_event(id, head.kind(), &head.to_json(), &now)?;
         let (mut renamed, mut archived) = (false, false);

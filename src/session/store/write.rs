@@ -65,6 +65,7 @@ impl<'a> Writer<'a> {
             title,
             system,
             forked_from: None,
+            imported_from: None,
         });
         self.insert_event(id, started.kind(), &started.to_json(), &now)?;
         self.session(id)
@@ -171,6 +172,7 @@ impl<'a> Writer<'a> {
                 started.system,
                 first.created_at
             ])?;
+        let mut latest = first.created_at.clone();
         for (i, e) in events.iter().enumerate() {
             if e.seq != i as u64 + 1 {
                 return Err(StoreError::Corrupt(format!(
@@ -181,6 +183,51 @@ impl<'a> Writer<'a> {
             }
             self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
             if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
+                let effect = p.cache_effect();
+                self.apply_cache_effect(id, &effect, &e.created_at)?;
+                if effect.touches_updated_at && e.created_at > latest {
+                    latest = e.created_at.clone();
+                }
+            }
+        }
+        // The newest of the times that moved it, not the last: a fork's copies keep their
+        // source's older times after its own, newer `session_started` (and live, times
+        // only grow, so the two agree).
+        self.conn
+            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+            .execute(params![id.to_string(), latest])?;
+        Ok(())
+    }
+
+    /// Whether the session exists, as of this transaction.
+    pub fn exists(&self, id: SessionId) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+
+    /// Every event of the session, as of this transaction.
+    pub fn events(&self, id: SessionId) -> Result<Vec<Event>> {
+        super::read::events_after(self.conn, id, 0, None)
+    }
+
+    /// Appends events an import made (SPEC §15) with their own timestamps: they must
+    /// continue the session's seqs exactly. `session_started` is refused.
+    pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        let last = self.last_seq(id)?;
+        if last == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        for (i, e) in events.iter().enumerate() {
+            if e.seq != last + i as u64 + 1 || e.kind == kind::SESSION_STARTED {
+                return Err(StoreError::Corrupt(format!(
+                    "session {id}: an imported {} at seq {} does not continue the log",
+                    e.kind, e.seq
+                )));
+            }
+            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
+            if let Decoded::Known(p) = e.decode() {
                 self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
             }
         }

@@ -1,0 +1,141 @@
+//! Claude's data export, `conversations.json`: a JSON array of conversations, each with
+//! `uuid`, `name`, `created_at` (RFC 3339) and `chat_messages` in order: `uuid`, `sender`
+//! (`human` or `assistant`), `text` or `content` (blocks; those of type `text` carry the
+//! words, others such as `tool_use` or `image` are counted as skipped), `created_at`, and
+//! `attachments`/`files` (counted as skipped). The messages are a chain.
+
+use std::io::BufRead;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+use super::stream::{ArrayStream, text_field};
+use super::{Conversation, Message, ReadError, Role, Source};
+
+/// The conversations of an export, one at a time.
+pub fn read(input: impl BufRead) -> impl Iterator<Item = Result<Conversation, ReadError>> {
+    ArrayStream::new(input).map(|r| r.and_then(|(index, v)| conversation(index, &v)))
+}
+
+fn time(v: Option<&Value>) -> Option<Timestamp> {
+    v?.as_str()?.parse().ok()
+}
+
+fn conversation(index: usize, v: &Value) -> Result<Conversation, ReadError> {
+    let id = text_field(v, &["uuid"]);
+    let title = text_field(v, &["name"]);
+    let fail = |reason: String| ReadError {
+        index,
+        id: id.clone(),
+        reason: match &title {
+            Some(t) if !t.is_empty() => format!("“{t}”: {reason}"),
+            _ => reason,
+        },
+    };
+    let Some(conv_id) = id.clone() else {
+        return Err(fail("it has no `uuid`".into()));
+    };
+    let list = v
+        .get("chat_messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| fail("it has no `chat_messages` array".into()))?;
+    let mut messages: Vec<Message> = Vec::with_capacity(list.len());
+    for (n, m) in list.iter().enumerate() {
+        let at = |why: &str| fail(format!("message {n}: {why}"));
+        if !m.is_object() {
+            return Err(at("it is not an object"));
+        }
+        let role = match m.get("sender").and_then(Value::as_str) {
+            Some("human") => Role::User,
+            Some("assistant") => Role::Assistant,
+            Some(other) => return Err(at(&format!("unknown sender {other:?}"))),
+            None => return Err(at("it has no `sender`")),
+        };
+        let mut skipped: Vec<(String, u64)> = Vec::new();
+        let mut skip = |kind: &str, count: u64| {
+            if count == 0 {
+                return;
+            }
+            match skipped.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, c)) => *c += count,
+                None => skipped.push((kind.to_owned(), count)),
+            }
+        };
+        let mut texts: Vec<&str> = Vec::new();
+        if let Some(blocks) = m.get("content").and_then(Value::as_array) {
+            for b in blocks {
+                match (
+                    b.get("type").and_then(Value::as_str),
+                    b.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some(kind), _) => skip(kind, 1),
+                    (None, _) => skip("unknown block", 1),
+                }
+            }
+        }
+        let text = if texts.is_empty() {
+            m.get("text")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            texts.join("\n\n")
+        };
+        for field in ["attachments", "files"] {
+            let count = m.get(field).and_then(Value::as_array).map_or(0, Vec::len);
+            skip(field.trim_end_matches('s'), count as u64);
+        }
+        let id = text_field(m, &["uuid"]).unwrap_or_else(|| format!("#{n}"));
+        messages.push(Message {
+            id,
+            parent: messages.last().map(|p| p.id.clone()),
+            role,
+            text,
+            created_at: time(m.get("created_at")),
+            model: None,
+            tool_name: None,
+            skipped,
+        });
+    }
+    Ok(Conversation {
+        source: Source::Claude,
+        id: conv_id,
+        title: title.filter(|t| !t.is_empty()),
+        created_at: time(v.get("created_at")),
+        current: messages.last().map(|m| m.id.clone()),
+        messages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_chain_with_blocks_and_attachments_counted() {
+        let json = r#"[{"uuid":"c1","name":"Hi","created_at":"2024-05-01T10:00:00.123Z","chat_messages":[
+            {"uuid":"m1","sender":"human","text":"hello","created_at":"2024-05-01T10:00:01Z","attachments":[{"file_name":"a.txt"}],"files":[]},
+            {"uuid":"m2","sender":"assistant","text":"","content":[{"type":"text","text":"hi"},{"type":"tool_use","name":"x"}]}]}]"#;
+        let c = read(json.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(c.messages[0].skipped, [("attachment".to_owned(), 1)]);
+        assert_eq!(c.messages[1].parent.as_deref(), Some("m1"));
+        assert_eq!(c.messages[1].text, "hi");
+        assert_eq!(c.messages[1].skipped, [("tool_use".to_owned(), 1)]);
+        assert_eq!(c.current.as_deref(), Some("m2"));
+    }
+
+    #[test]
+    fn an_unknown_sender_names_the_conversation_and_message() {
+        let json = r#"[{"uuid":"c1","name":"Hi","chat_messages":[{"sender":"robot"}]}]"#;
+        let e = read(json.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("(c1)") && e.contains("message 0") && e.contains("robot"),
+            "{e}"
+        );
+    }
+}
