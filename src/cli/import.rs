@@ -11,7 +11,7 @@ use super::term::{count, printable};
 use super::{CliError, ImportFrom, transfer};
 use crate::import::apply::{Report, import_conversations};
 use crate::import::detect::{Shape, rejoin, sniff};
-use crate::import::{Source, chatgpt, claude};
+use crate::import::{Source, chatgpt, claude, llm, openwebui};
 use crate::session::Store;
 
 pub fn run(
@@ -82,11 +82,18 @@ pub fn run(
         }
         Source::ChatGpt => import_conversations(store, chatgpt::read(reader), &mut tick),
         Source::Claude => import_conversations(store, claude::read(reader), &mut tick),
-        Source::OpenWebUi | Source::Llm => {
-            return Err(CliError::ImportFailed(format!(
-                "importing from {} is not supported yet (nothing was imported)",
-                source.name()
-            )));
+        Source::OpenWebUi => import_conversations(store, openwebui::read(reader), &mut tick),
+        // SQLite reads a database from a file it can seek in, not from a stream.
+        Source::Llm if stdin => {
+            return Err(CliError::ImportFailed(
+                "llm's logs.db is a SQLite database: give its path, not standard input \
+                 (nothing was imported)"
+                    .into(),
+            ));
+        }
+        Source::Llm => {
+            drop(reader);
+            import_conversations(store, llm::read(file), &mut tick)
         }
     };
     bar.finish_and_clear();

@@ -108,6 +108,11 @@ fn sql(e: rusqlite::Error) -> String {
     format!("reading the database: {e}")
 }
 
+/// A file SQLite will not read: truncated, damaged, or not a database at all.
+fn unreadable(e: rusqlite::Error) -> String {
+    format!("not an llm logs.db SQLite can read (damaged or truncated?): {e}")
+}
+
 /// Opens read-only, starts the snapshot and lists the conversations: the legacy ones that
 /// have no thread, then the threads, each oldest first.
 fn open(path: &Path) -> Result<(Connection, VecDeque<Pending>), String> {
@@ -116,12 +121,11 @@ fn open(path: &Path) -> Result<(Connection, VecDeque<Pending>), String> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| format!("cannot open {} as SQLite: {e}", path.display()))?;
-    conn.execute_batch("BEGIN")
-        .map_err(|e| format!("not an llm logs.db: {e}"))?;
+    conn.execute_batch("BEGIN").map_err(unreadable)?;
     let tables: HashSet<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(|e| format!("not an llm logs.db: {e}"))?;
+        .map_err(unreadable)?;
     let new = ["threads", "turns", "messages", "parts"]
         .iter()
         .all(|t| tables.contains(*t));
@@ -198,7 +202,8 @@ fn count(skipped: &mut Vec<(String, u64)>, kind: &str) {
 
 fn with_title(title: Option<&str>, reason: String) -> String {
     match title {
-        Some(t) => format!("{t:?}: {reason}"),
+        // As the conversion's errors name it.
+        Some(t) => format!("“{t}”: {reason}"),
         None => reason,
     }
 }

@@ -12,10 +12,6 @@
 
 use jiff::Timestamp;
 
-pub mod llm;
-pub mod openwebui;
-pub mod tree;
-
 /// The sources `--from` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
@@ -102,4 +98,7 @@ pub mod chatgpt;
 pub mod claude;
 pub mod convert;
 pub mod detect;
+pub mod llm;
+pub mod openwebui;
 pub mod stream;
+pub mod tree;

@@ -244,18 +244,18 @@ impl<'de> Deserialize<'de> for Messages {
 
 /// One chat record's text into a [`Conversation`], or an error naming it.
 fn parse_chat(index: usize, json: &str) -> Result<Conversation, ReadError> {
-    let record: Record = serde_json::from_str(json).map_err(|e| ReadError {
-        index,
-        id: id_of(json),
-        reason: format!("not an Open WebUI chat: {e}"),
+    let record: Record = serde_json::from_str(json).map_err(|e| {
+        let (id, title) = names_of(json);
+        ReadError {
+            index,
+            id,
+            reason: with_title(title.as_deref(), format!("not an Open WebUI chat: {e}")),
+        }
     })?;
     let fail = |reason: String| ReadError {
         index,
         id: record.id.clone(),
-        reason: match record.title.as_deref() {
-            Some(t) => format!("{t:?}: {reason}"),
-            None => reason,
-        },
+        reason: with_title(record.title.as_deref(), reason),
     };
     let Some(id) = record.id.clone() else {
         return Err(fail("the chat has no `id`".into()));
@@ -393,17 +393,31 @@ fn epoch(n: f64) -> Result<Timestamp, String> {
     Timestamp::from_millisecond(millis.round() as i64).map_err(|_| format!("{n} is out of range"))
 }
 
-/// The `id` of a chat whose record did not parse, for the error, when it is there.
-fn id_of(json: &str) -> Option<String> {
+fn with_title(title: Option<&str>, reason: String) -> String {
+    match title {
+        // As the conversion's errors name it.
+        Some(t) => format!("“{t}”: {reason}"),
+        None => reason,
+    }
+}
+
+/// The `id` and `title` of a chat whose record did not parse, for the error, when they are
+/// there.
+fn names_of(json: &str) -> (Option<String>, Option<String>) {
     #[derive(Deserialize)]
-    struct JustId {
+    struct Names {
         id: Option<Value>,
+        title: Option<Value>,
     }
-    let v: JustId = serde_json::from_str(json).ok()?;
-    match v.id? {
+    let Ok(v) = serde_json::from_str::<Names>(json) else {
+        return (None, None);
+    };
+    let text = |v: Option<Value>| match v? {
         Value::String(s) => Some(s),
+        Value::Null => None,
         other => Some(other.to_string()),
-    }
+    };
+    (text(v.id), text(v.title))
 }
 
 #[cfg(test)]

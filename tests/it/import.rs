@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-fn fixture(name: &str) -> PathBuf {
+pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/import")
         .join(name)
 }
 
-fn brain(db: &TempDb, args: &[&str], stdin: &[u8]) -> Output {
+pub fn brain(db: &TempDb, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
         .arg("--db")
         .arg(db.path())
@@ -33,13 +33,13 @@ fn brain(db: &TempDb, args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn import(db: &TempDb, file: &Path, extra: &[&str]) -> Output {
+pub fn import(db: &TempDb, file: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["sessions", "import", file.to_str().unwrap()];
     args.extend_from_slice(extra);
     brain(db, &args, b"")
 }
 
-fn ok(out: &Output) -> String {
+pub fn ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "{}",
@@ -48,7 +48,7 @@ fn ok(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
-fn failed(out: &Output) -> String {
+pub fn failed(out: &Output) -> String {
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -58,21 +58,21 @@ fn failed(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn export(db: &TempDb) -> Vec<u8> {
+pub fn export(db: &TempDb) -> Vec<u8> {
     ok(&brain(db, &["sessions", "export", "--all"], b"")).into_bytes()
 }
 
-fn write(dir: &TempDb, name: &str, v: &Value) -> PathBuf {
+pub fn write(dir: &TempDb, name: &str, v: &Value) -> PathBuf {
     let path = dir.dir.path().join(name);
     std::fs::write(&path, serde_json::to_vec_pretty(v).unwrap()).unwrap();
     path
 }
 
-fn session_of(source: &str, id: &str) -> SessionId {
+pub fn session_of(source: &str, id: &str) -> SessionId {
     brain::import::convert::session_id(source, id)
 }
 
-fn context(db: &TempDb, id: SessionId) -> (String, Vec<(Role, String)>) {
+pub fn context(db: &TempDb, id: SessionId) -> (String, Vec<(Role, String)>) {
     let store = db.open();
     let c = llm_context(&store.events(id, 0, None).unwrap());
     let m = c

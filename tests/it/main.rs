@@ -14,6 +14,7 @@ mod edit_store;
 mod engine;
 mod import;
 mod import_llm;
+mod import_openwebui;
 mod ledger;
 mod listing;
 mod mcp;

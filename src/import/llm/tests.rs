@@ -292,7 +292,7 @@ fn hostile_databases_are_named() {
         assert_eq!(e.index, 1, "{rows}");
         assert_eq!(e.id.as_deref(), Some("01bad"), "{rows}");
         assert!(e.reason.contains(reason), "{reason:?} in {e}");
-        assert!(e.reason.contains("\"Bad\""), "the title in {e}");
+        assert!(e.reason.contains("“Bad”"), "the title in {e}");
     }
     let e = error(
         LEGACY_SCHEMA,

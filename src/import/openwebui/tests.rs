@@ -149,7 +149,7 @@ fn hostile_chats_are_named_by_index_id_and_title() {
         r#"{"a":{"role":"user","parentId":"zz"}}"#,
         "null",
     ));
-    assert!(e.to_string().contains("\"Bad one\""), "the title: {e}");
+    assert!(e.to_string().contains("“Bad one”"), "the title: {e}");
 }
 
 #[test]
