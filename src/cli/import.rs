@@ -119,12 +119,15 @@ fn brain(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let sessions = transfer::read_jsonl(&mut reader)?;
-    let (n, events) = transfer::import(store, &sessions)?;
+    let done = transfer::import(store, &sessions)?;
     writeln!(
         out,
-        "imported {} ({})",
-        count(n as u64, "session"),
-        count(events as u64, "event")
+        "imported {} ({}): {} created, {} extended, {} unchanged",
+        count(sessions.len() as u64, "session"),
+        count(done.events as u64, "event"),
+        done.created,
+        done.extended,
+        done.unchanged
     )?;
     Ok(())
 }

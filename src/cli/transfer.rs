@@ -365,15 +365,55 @@ fn check_start(first: &Event) -> Result<(), String> {
 
 /// Imports every session of an export in one transaction: all of it, or nothing. A
 /// refusal names the line of the session it is about.
+/// What importing this project's JSONL did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BrainImport {
+    pub created: usize,
+    /// Sessions already here whose log the file continues: only the new events appended.
+    pub extended: usize,
+    /// Sessions already here as the file has them (or further along: kept chatting).
+    pub unchanged: usize,
+    /// Events written.
+    pub events: usize,
+}
+
+/// Imports every session of the file in one transaction (all or nothing). Idempotent
+/// (SPEC §15): a session already here is left alone when the file holds the same events,
+/// or fewer; extended when the file continues it; refused, naming its line, when the two
+/// differ.
 pub fn import(
     store: &Store,
     sessions: &BTreeMap<SessionId, ImportedSession>,
-) -> Result<(usize, usize), CliError> {
+) -> Result<BrainImport, CliError> {
     let mut failed = None;
+    let mut done = BrainImport::default();
+    let same = |a: &Event, b: &Event| {
+        (a.seq, &a.kind, &a.payload, &a.created_at) == (b.seq, &b.kind, &b.payload, &b.created_at)
+    };
     let written = store.write(|w| {
         for (id, s) in sessions {
             failed = Some((s.first_line, *id));
-            w.import_session(*id, &s.events)?;
+            if !w.exists(*id)? {
+                w.import_session(*id, &s.events)?;
+                done.created += 1;
+                done.events += s.events.len();
+                continue;
+            }
+            let old = w.events(*id)?;
+            let common = old
+                .iter()
+                .zip(&s.events)
+                .take_while(|(a, b)| same(a, b))
+                .count();
+            if common == s.events.len() {
+                done.unchanged += 1;
+            } else if common == old.len() {
+                w.extend_imported(*id, &s.events[common..])?;
+                done.extended += 1;
+                done.events += s.events.len() - common;
+            } else {
+                return Err(StoreError::AlreadyExists(*id));
+            }
         }
         Ok(())
     });
@@ -383,7 +423,8 @@ pub fn import(
             return Err(CliError::Import(
                 line,
                 format!(
-                    "session {id} is already in this database (was this file imported before?)"
+                    "session {id} is already in this database with different events (nothing was \
+                     imported; `sessions export` it to compare)"
                 ),
             ));
         }
@@ -393,8 +434,7 @@ pub fn import(
         }
         (Err(e), _) => return Err(e.into()),
     }
-    let events = sessions.values().map(|s| s.events.len()).sum();
-    Ok((sessions.len(), events))
+    Ok(done)
 }
 
 #[cfg(test)]

@@ -86,7 +86,7 @@ pub struct Conversation {
 /// Why a source could not be read: the conversation (its index in the file and its id,
 /// when known) and the reason, for an error that names it.
 #[derive(Debug, thiserror::Error)]
-#[error("conversation {index}{} : {reason}", id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default())]
+#[error("conversation {index}{}: {reason}", id.as_deref().map(|i| format!(" ({i})")).unwrap_or_default())]
 pub struct ReadError {
     pub index: usize,
     pub id: Option<String>,

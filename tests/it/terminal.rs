@@ -241,10 +241,13 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
             "{q}"
         );
     }
-    // Importing again changes nothing: the sessions exist.
+    // Importing again changes nothing (SPEC §15: imports are idempotent).
     let again = brain(&dst, &["sessions", "import", file.to_str().unwrap()], "");
-    assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already in this database"));
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("0 created, 0 extended, 3 unchanged"),
+        "{again:?}"
+    );
     assert_eq!(
         copy.events(store.session_ids().unwrap()[0], 0, None)
             .unwrap()
@@ -715,12 +718,21 @@ fn import_refusals_name_the_line_and_blame_the_file() {
     );
     assert!(!err.contains("the database holds"), "{err}");
 
-    // Importing a file twice: the line of the session already there.
+    // Importing a file twice changes nothing; a file whose session differs from the one
+    // here is refused, naming the line of that session.
     ok(&import_file(&dst, "good.jsonl", &out));
-    let again = import_file(&dst, "good.jsonl", &out);
+    ok(&import_file(&dst, "good.jsonl", &out));
+    let mut edited: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(edited[1]["seq"], 2, "the first session's second event");
+    edited[1]["created_at"] = "2001-01-01T00:00:00.000000Z".into();
+    let changed: String = edited.iter().map(|l| l.to_string() + "\n").collect();
+    let again = import_file(&dst, "changed.jsonl", &changed);
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(
-        err.contains("line 1 ") && err.contains("already in this database"),
+        err.contains("line 1 ") && err.contains("already in this database with different events"),
         "{err}"
     );
     let missing = brain(&dst, &["sessions", "import", "/nonexistent/x.jsonl"], "");
@@ -778,4 +790,33 @@ fn export_output_refuses_an_existing_file_and_always_the_database() {
         }
     }
     assert_eq!(std::fs::read(db.path()).unwrap(), before);
+}
+
+/// A newer export of a session that grew adds only what is new (SPEC §15), and the
+/// result exports exactly like the source.
+#[test]
+fn importing_a_grown_export_appends_only_the_new_events() {
+    let src = TempDb::new();
+    let store = src.open();
+    let id = store
+        .create_session(Some("grows".into()), "sys".into())
+        .unwrap()
+        .id;
+    store.append(id, &user("one")).unwrap();
+    store.append(id, &answer(2, 1, "first")).unwrap();
+    drop(store);
+    let before = export_all(&src);
+    let dst = TempDb::new();
+    ok(&import_file(&dst, "before.jsonl", &before));
+    let store = src.open();
+    store.append(id, &user("two")).unwrap();
+    store.append(id, &answer(4, 1, "second")).unwrap();
+    drop(store);
+    let after = export_all(&src);
+    let report = ok(&import_file(&dst, "after.jsonl", &after));
+    assert!(
+        report.contains("(2 events): 0 created, 1 extended, 0 unchanged"),
+        "{report}"
+    );
+    assert_eq!(export_all(&dst), after);
 }
