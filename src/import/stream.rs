@@ -136,7 +136,7 @@ mod tests {
     fn broken_arrays_say_where() {
         let last = |t: &str| read(t).pop().and_then(Result::err).unwrap_or_default();
         assert!(last("{}").contains("not a JSON array"));
-        assert!(last("[{}, {\"a\":").contains("conversation 1 : the file ends inside it"));
+        assert!(last("[{}, {\"a\":").contains("conversation 1: the file ends inside it"));
         assert!(last("[{} {}]").contains("expected `,`"));
         assert!(last("[{}, 3]").contains("not a JSON object"));
         assert!(last("[{}").contains("truncated"));
