@@ -115,11 +115,42 @@ fn message(
             Role::System
         }
     };
-    // An unknown role's text is not a system prompt: it is left out (and counted).
-    let text = if role == Role::System && role_name != "system" {
-        String::new()
+    let content_type = m
+        .get("content")
+        .and_then(|c| c.get("content_type"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let hidden = m
+        .pointer("/metadata/is_visually_hidden_from_conversation")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let to_a_tool = role == Role::Assistant
+        && m.get("recipient")
+            .and_then(Value::as_str)
+            .is_some_and(|r| r != "all");
+    let (role, text) = if content_type == "user_editable_context" {
+        // Custom instructions: what the user told ChatGPT about themselves and how to
+        // answer; a system prompt, never a turn of the conversation.
+        (Role::System, custom_instructions(m.get("content")))
+    } else if REASONING_CONTENT.contains(&content_type) || to_a_tool || hidden {
+        // The model's hidden reasoning, its call to a tool (the tool's output follows as
+        // its own node) and messages ChatGPT never showed: not part of what was said;
+        // skipped over in the tree.
+        return Ok(Some(Message {
+            id: key.to_owned(),
+            parent,
+            role: Role::System,
+            text: String::new(),
+            created_at: epoch(m.get("create_time")),
+            model: None,
+            tool_name: None,
+            skipped: Vec::new(),
+        }));
+    } else if role == Role::System && role_name != "system" {
+        // An unknown role's text is not a system prompt: it is left out (and counted).
+        (role, String::new())
     } else {
-        content_text(m.get("content"), &mut skip)
+        (role, content_text(m.get("content"), &mut skip))
     };
     Ok(Some(Message {
         id: key.to_owned(),
@@ -138,6 +169,20 @@ fn message(
             .map(str::to_owned),
         skipped,
     }))
+}
+
+/// Content types of the model's own reasoning (o1/o3 and later), never shown as text.
+const REASONING_CONTENT: &[&str] = &["thoughts", "reasoning_recap"];
+
+/// Custom instructions' text: the profile and the instructions the user wrote.
+fn custom_instructions(content: Option<&Value>) -> String {
+    ["user_profile", "user_instructions"]
+        .iter()
+        .filter_map(|k| content.and_then(|c| c.get(*k)).and_then(Value::as_str))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 /// A message's text: its string parts (null ones ignored) joined by newlines, or the
@@ -214,6 +259,31 @@ mod tests {
             c.created_at.map(|t| t.as_microsecond()),
             Some(1_700_000_000_500_000)
         );
+    }
+
+    /// Custom instructions become the system prompt; reasoning, a call to a tool and a
+    /// hidden message are skipped over (found by an outside review: they became turns).
+    #[test]
+    fn instructions_reasoning_and_tool_calls_are_not_turns() {
+        let c = one(r#"[{"id":"c","title":"T","current_node":"d",
+            "mapping":{
+            "i":{"message":{"author":{"role":"user"},"content":{"content_type":"user_editable_context","user_profile":"I am a baker.","user_instructions":"Be brief."}},"parent":null,"children":["a"]},
+            "a":{"message":{"author":{"role":"user"},"content":{"content_type":"text","parts":["why is the sky blue?"]}},"parent":"i","children":["t"]},
+            "t":{"message":{"author":{"role":"assistant"},"content":{"content_type":"thoughts","thoughts":[]}},"parent":"a","children":["r"]},
+            "r":{"message":{"author":{"role":"assistant"},"content":{"content_type":"reasoning_recap","content":"thought"}},"parent":"t","children":["p"]},
+            "p":{"message":{"author":{"role":"assistant"},"recipient":"python","content":{"content_type":"code","text":"print(1)"}},"parent":"r","children":["d"]},
+            "d":{"message":{"author":{"role":"assistant"},"content":{"content_type":"text","parts":["Rayleigh scattering."]}},"parent":"p","children":[]}}}]"#)
+        .unwrap();
+        let by = |id: &str| c.messages.iter().find(|m| m.id == id).unwrap();
+        assert_eq!(by("i").role, Role::System);
+        assert_eq!(by("i").text, "I am a baker.\n\nBe brief.");
+        for hidden in ["t", "r", "p"] {
+            assert!(
+                by(hidden).text.is_empty() && by(hidden).skipped.is_empty(),
+                "{hidden}"
+            );
+        }
+        assert_eq!(by("d").text, "Rayleigh scattering.");
     }
 
     #[test]

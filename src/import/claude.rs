@@ -82,14 +82,38 @@ fn conversation(index: usize, v: &Value) -> Result<Conversation, ReadError> {
         } else {
             texts.join("\n\n")
         };
-        for field in ["attachments", "files"] {
-            let count = m.get(field).and_then(Value::as_array).map_or(0, Vec::len);
-            skip(field.trim_end_matches('s'), count as u64);
+        // Pasted text arrives as an attachment with its `extracted_content`: kept, after
+        // the message; other attachments and files are left out (and counted).
+        let mut text = text;
+        for a in m
+            .get("attachments")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            match a.get("extracted_content").and_then(Value::as_str) {
+                Some(pasted) if !pasted.trim().is_empty() => {
+                    if !text.is_empty() {
+                        text.push_str("\n\n");
+                    }
+                    text.push_str(pasted);
+                }
+                _ => skip("attachment", 1),
+            }
         }
+        let files = m.get("files").and_then(Value::as_array).map_or(0, Vec::len);
+        skip("file", files as u64);
         let id = text_field(m, &["uuid"]).unwrap_or_else(|| format!("#{n}"));
+        // Claude keeps every branch in the list and links each message to its parent;
+        // without a link (older exports) the list is one chain.
+        let parent = match m.get("parent_message_uuid").and_then(Value::as_str) {
+            Some(p) if p == CLAUDE_ROOT => None,
+            Some(p) => Some(p.to_owned()),
+            None => messages.last().map(|p: &Message| p.id.clone()),
+        };
         messages.push(Message {
             id,
-            parent: messages.last().map(|p| p.id.clone()),
+            parent,
             role,
             text,
             created_at: time(m.get("created_at")),
@@ -108,6 +132,9 @@ fn conversation(index: usize, v: &Value) -> Result<Conversation, ReadError> {
     })
 }
 
+/// The parent Claude gives a conversation's first messages.
+const CLAUDE_ROOT: &str = "00000000-0000-4000-8000-000000000000";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +150,27 @@ mod tests {
         assert_eq!(c.messages[1].text, "hi");
         assert_eq!(c.messages[1].skipped, [("tool_use".to_owned(), 1)]);
         assert_eq!(c.current.as_deref(), Some("m2"));
+    }
+
+    /// Branches come from `parent_message_uuid` (found by an outside review: a
+    /// regenerated answer was chained after the first one); pasted text is kept.
+    #[test]
+    fn branches_follow_the_parent_links_and_pasted_text_is_kept() {
+        let root = CLAUDE_ROOT;
+        let json = format!(
+            r#"[{{"uuid":"c1","name":"Hi","chat_messages":[
+            {{"uuid":"q","sender":"human","text":"1+2?","parent_message_uuid":"{root}","attachments":[{{"file_name":"p.txt","extracted_content":"pasted words"}}]}},
+            {{"uuid":"a1","sender":"assistant","text":"It is 3.","parent_message_uuid":"q"}},
+            {{"uuid":"a2","sender":"assistant","text":"It is 2.","parent_message_uuid":"q"}}]}}]"#
+        );
+        let c = read(json.as_bytes()).next().unwrap().unwrap();
+        let by = |id: &str| c.messages.iter().find(|m| m.id == id).unwrap();
+        assert_eq!(by("q").parent, None);
+        assert_eq!(by("q").text, "1+2?\n\npasted words");
+        assert!(by("q").skipped.is_empty());
+        assert_eq!(by("a1").parent.as_deref(), Some("q"));
+        assert_eq!(by("a2").parent.as_deref(), Some("q"));
+        assert_eq!(c.current.as_deref(), Some("a2"));
     }
 
     #[test]

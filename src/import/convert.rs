@@ -484,8 +484,13 @@ fn timestamps(raw: &[Option<Timestamp>], created: Option<Timestamp>) -> Vec<Time
             }
         };
     }
+    // A time the source gave is kept as given (SPEC §15), even when an abandoned branch
+    // written before it in the log is newer; only a filled-in time is kept from going
+    // back past the event before it.
     for i in 1..out.len() {
-        out[i] = out[i].max(out[i - 1]);
+        if us[i].is_none() {
+            out[i] = out[i].max(out[i - 1]);
+        }
     }
     out.into_iter().map(micros).collect()
 }
