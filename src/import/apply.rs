@@ -2,15 +2,14 @@
 //!
 //! Each conversation's events are compared with the session an earlier import wrote under
 //! the same id: none → created; the same → nothing; the old ones followed by more → only
-//! the new ones appended; anything else → a fork (§14) under an id derived from the new
-//! content, so importing that file again finds the fork and changes nothing. Events are
-//! compared by kind and payload: a timestamp interpolated differently because a neighbour
-//! arrived is not a new version of a message.
+//! the new ones appended; anything else → its numbered forks (§14) are tried in turn, the
+//! first one it continues is extended, else a new fork is made. Events are compared by
+//! kind and payload: a timestamp interpolated differently because a neighbour arrived is
+//! not a new version of a message, and the user's renames and archiving in brain are not
+//! part of the conversation.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-use sha2::{Digest, Sha256};
 
 use super::convert::{self, Converted};
 use super::{Conversation, ReadError};
@@ -171,47 +170,145 @@ pub fn reconcile(w: &mut Writer<'_>, new: &Converted) -> Result<Outcome, StoreEr
         w.import_session(new.id, &new.events)?;
         return Ok(Outcome::Created);
     }
-    let old = w.events(new.id)?;
-    let common = common_prefix(&old, &new.events);
-    if common == new.events.len() {
-        // The same, or the user went on talking in brain after the import.
-        return Ok(Outcome::Unchanged);
+    match against(w, new.id, &new.events)? {
+        Some(outcome) => Ok(outcome),
+        None => fork(w, new),
     }
-    if common == old.len() {
-        let floor = old.last().map(|e| e.created_at.clone()).unwrap_or_default();
-        let tail: Vec<Event> = new.events[common..]
-            .iter()
-            .map(|e| Event {
-                // Never before what is already there (times interpolate anew as
-                // neighbours arrive; the log stays in time order).
-                created_at: e.created_at.clone().max(floor.clone()),
-                ..e.clone()
-            })
-            .collect();
-        w.extend_imported(new.id, &tail)?;
-        return Ok(Outcome::Extended(tail.len() as u64));
-    }
-    let seq = common.max(1) as u64;
-    let fork_id = convert::id_of(&format!("{}:{}", new.id, content_hash(&new.events)));
-    if w.exists(fork_id)? {
-        return Ok(Outcome::Unchanged);
-    }
-    let mut events = new.events.clone();
-    if let Some(first) = events.first_mut()
-        && let Decoded::Known(Payload::SessionStarted(mut s)) = first.decode()
-    {
-        s.forked_from = Some(ForkedFrom {
-            session_id: new.id.to_string(),
+}
+
+/// The most forks of one conversation an import looks through before it gives up.
+const MAX_FORKS: u32 = 1000;
+
+/// A diverged conversation goes to its forks, numbered: the first one this version
+/// continues (or already holds) takes it; else a new one. So a conversation that diverged
+/// once and then grows extends its fork rather than forking again and again.
+fn fork(w: &mut Writer<'_>, new: &Converted) -> Result<Outcome, StoreError> {
+    let base = w.events(new.id)?;
+    let seq = common_prefix(&kept(&base), &new.events).max(1) as u64;
+    for n in 1..=MAX_FORKS {
+        let fork_id = convert::id_of(&format!("{}:fork:{n}", new.id));
+        if w.exists(fork_id)? {
+            match against(w, fork_id, &new.events)? {
+                Some(Outcome::Extended(k)) => return Ok(Outcome::Extended(k)),
+                Some(_) => return Ok(Outcome::Unchanged),
+                None => continue,
+            }
+        }
+        let mut events = new.events.clone();
+        if let Some(first) = events.first_mut()
+            && let Decoded::Known(Payload::SessionStarted(mut s)) = first.decode()
+        {
+            s.forked_from = Some(ForkedFrom {
+                session_id: new.id.to_string(),
+                seq,
+            });
+            first.payload = Payload::SessionStarted(s).to_json();
+        }
+        w.import_session(fork_id, &events)?;
+        return Ok(Outcome::Forked {
+            id: fork_id,
+            from: new.id,
             seq,
         });
-        first.payload = Payload::SessionStarted(s).to_json();
     }
-    w.import_session(fork_id, &events)?;
-    Ok(Outcome::Forked {
-        id: fork_id,
-        from: new.id,
-        seq,
-    })
+    Err(StoreError::Corrupt(format!(
+        "conversation {} has more than {MAX_FORKS} diverged versions here",
+        new.id
+    )))
+}
+
+/// Compares a converted conversation with session `id`: `Some(Unchanged)` when it holds
+/// nothing new, `Some(Extended)` after appending what it adds, `None` when they differ.
+/// The session's own renames and archiving (events the user made in brain after the
+/// import) are left out of the comparison, and the new events' seqs are renumbered past
+/// them, so tidying an imported chat never makes its next export a fork.
+fn against(
+    w: &mut Writer<'_>,
+    id: SessionId,
+    events: &[Event],
+) -> Result<Option<Outcome>, StoreError> {
+    let old = w.events(id)?;
+    let kept = kept(&old);
+    let common = common_prefix(&kept, events);
+    if common == events.len() {
+        // The same, or the user went on talking in brain after the import.
+        return Ok(Some(Outcome::Unchanged));
+    }
+    if common < kept.len() {
+        return Ok(None);
+    }
+    let last = old.last().map_or(0, |e| e.seq);
+    let floor = old.last().map(|e| e.created_at.clone()).unwrap_or_default();
+    let to_stored = |s: u64| -> u64 {
+        match s as usize {
+            0 => 0,
+            n if n <= common => kept[n - 1].seq,
+            n => last + (n - common) as u64,
+        }
+    };
+    let tail: Vec<Event> = events[common..]
+        .iter()
+        .map(|e| Event {
+            seq: to_stored(e.seq),
+            payload: renumber(&e.payload, &to_stored),
+            // Never before what is already there (times interpolate anew as
+            // neighbours arrive; the log stays in time order).
+            created_at: e.created_at.clone().max(floor.clone()),
+            kind: e.kind.clone(),
+        })
+        .collect();
+    w.extend_imported(id, &tail)?;
+    Ok(Some(Outcome::Extended(tail.len() as u64)))
+}
+
+/// Kinds a user's own tidying writes into an imported session; not part of the
+/// conversation an export holds.
+const TIDYING: &[&str] = &[kind::SESSION_TITLED, kind::SESSION_ARCHIVED];
+
+/// A stored session's events as an import wrote them: without the user's tidying, and
+/// with the seqs their payloads name renumbered to count only what is left (so they
+/// compare with a fresh conversion's).
+fn kept(events: &[Event]) -> Vec<Event> {
+    let kept: Vec<&Event> = events
+        .iter()
+        .filter(|e| !TIDYING.contains(&e.kind.as_str()))
+        .collect();
+    let position: BTreeMap<u64, u64> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.seq, i as u64 + 1))
+        .collect();
+    let to_position = |s: u64| position.get(&s).copied().unwrap_or(s);
+    kept.iter()
+        .map(|e| Event {
+            payload: renumber(&e.payload, &to_position),
+            ..(*e).clone()
+        })
+        .collect()
+}
+
+/// The payload with the seqs it names (`turn`, and a rewind's `to_seq` and `edited_seq`)
+/// mapped; the text as it was when nothing changes (its bytes stay the writer's).
+fn renumber(payload: &str, map: &dyn Fn(u64) -> u64) -> String {
+    let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str::<serde_json::Value>(payload)
+    else {
+        return payload.to_owned();
+    };
+    let mut changed = false;
+    for field in ["turn", "to_seq", "edited_seq"] {
+        if let Some(s) = o.get(field).and_then(serde_json::Value::as_u64) {
+            let m = map(s);
+            if m != s {
+                o.insert(field.to_owned(), m.into());
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        serde_json::Value::Object(o).to_string()
+    } else {
+        payload.to_owned()
+    }
 }
 
 /// How many leading events are the same message: same kind and payload (the start: the
@@ -225,7 +322,10 @@ fn same(a: &Event, b: &Event) -> bool {
         return false;
     }
     if a.kind != kind::SESSION_STARTED {
-        return a.payload == b.payload;
+        // As JSON values: a renumbered payload is rewritten, key order aside.
+        return a.payload == b.payload
+            || serde_json::from_str::<serde_json::Value>(&a.payload).ok()
+                == serde_json::from_str::<serde_json::Value>(&b.payload).ok();
     }
     match (a.decode(), b.decode()) {
         (
@@ -234,16 +334,4 @@ fn same(a: &Event, b: &Event) -> bool {
         ) => x.system == y.system && x.imported_from == y.imported_from,
         _ => false,
     }
-}
-
-/// A digest of a conversation's events (kinds and payloads): a diverged version's fork id.
-fn content_hash(events: &[Event]) -> String {
-    let mut h = Sha256::new();
-    for e in events {
-        h.update(e.kind.as_bytes());
-        h.update([0]);
-        h.update(e.payload.as_bytes());
-        h.update([0]);
-    }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -222,6 +222,72 @@ fn importing_again_changes_nothing_and_a_grown_copy_adds_only_the_new_messages()
     assert!(again.contains("2 unchanged, 0 forked"), "{again}");
     assert_eq!(export(&db), forked_export);
     assert_eq!(db.open().session_ids().unwrap().len(), 3);
+
+    // The diverged conversation grows again: its fork is extended, not forked anew
+    // (found by an outside review: every later export made one more copy).
+    let conv = &mut grown[0];
+    conv["mapping"]["a7"]["children"] = json!(["u4"]);
+    conv["mapping"]["u4"] = json!({"id": "u4", "parent": "a7", "children": [], "message": {"author": {"role": "user"}, "create_time": 1714557900.0, "content": {"content_type": "text", "parts": ["Thanks!"]}}});
+    conv["current_node"] = json!("u4");
+    let path = write(&db, "diverged-grown.json", &grown);
+    let report = ok(&import(&db, &path, &[]));
+    assert!(
+        report.contains("0 created, 1 extended, 1 unchanged, 0 forked; 1 message"),
+        "{report}"
+    );
+    assert_eq!(db.open().session_ids().unwrap().len(), 3);
+}
+
+/// Renaming or archiving an imported chat in brain does not make its next, grown export a
+/// fork: the new messages are appended after the user's tidying, and importing that
+/// export again changes nothing (found by an outside review: it copied the whole history
+/// into a new session).
+#[test]
+fn a_renamed_and_archived_import_still_grows_in_place() {
+    let db = TempDb::new();
+    ok(&import(&db, &fixture("chatgpt.json"), &[]));
+    let id = session_of("chatgpt", A);
+    let store = db.open();
+    store
+        .rename(
+            id,
+            "My own title".into(),
+            brain::session::events::TitledBy::User,
+        )
+        .unwrap();
+    store.set_archived(id, true).unwrap();
+    drop(store);
+    let mut grown: Value =
+        serde_json::from_slice(&std::fs::read(fixture("chatgpt.json")).unwrap()).unwrap();
+    let conv = &mut grown[0];
+    conv["mapping"]["a5"]["children"] = json!(["u3"]);
+    conv["mapping"]["u3"] = json!({"id": "u3", "parent": "a5", "children": ["a7"], "message": {"author": {"role": "user"}, "create_time": 1714557800.0, "content": {"content_type": "text", "parts": ["And 5+5?"]}}});
+    conv["mapping"]["a7"] = json!({"id": "a7", "parent": "u3", "children": [], "message": {"author": {"role": "assistant"}, "create_time": 1714557801.0, "content": {"content_type": "text", "parts": ["10"]}, "metadata": {"model_slug": "gpt-4o"}}});
+    conv["current_node"] = json!("a7");
+    let path = write(&db, "grown.json", &grown);
+    let report = ok(&import(&db, &path, &[]));
+    assert!(
+        report.contains("0 created, 1 extended, 1 unchanged, 0 forked; 2 messages"),
+        "{report}"
+    );
+    assert_eq!(db.open().session_ids().unwrap().len(), 2, "no copy");
+    let (_, messages) = context(&db, id);
+    assert_eq!(
+        &messages[messages.len() - 2..],
+        [
+            (Role::User, "And 5+5?".to_owned()),
+            (Role::Assistant, "10".to_owned())
+        ]
+    );
+    let row = db.open().session(id).unwrap();
+    assert_eq!(row.title.as_deref(), Some("My own title"));
+    let after = export(&db);
+    let again = ok(&import(&db, &path, &[]));
+    assert!(
+        again.contains("0 extended, 2 unchanged, 0 forked"),
+        "{again}"
+    );
+    assert_eq!(export(&db), after);
 }
 
 #[test]
