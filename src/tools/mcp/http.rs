@@ -22,8 +22,6 @@ use crate::provider::sse::SseParser;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A notification's POST, or the closing DELETE.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often a waiting request looks at its cancel flag.
-const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// How much of an error body is kept for the message.
 const ERROR_BODY_BYTES: usize = 2048;
 
@@ -257,37 +255,18 @@ impl Link for HttpLink {
                 let _ = tx.send(shared.exchange(id, body, timeout));
             })
             .map_err(|e| McpError::Closed(format!("cannot start a thread: {e}")))?;
-        let started = Instant::now();
-        loop {
-            let now = Instant::now();
-            let gave_up = if cancel.load(Ordering::Relaxed) {
-                Some(McpError::Cancelled)
-            } else if now >= deadline {
-                Some(McpError::Timeout(now - started))
-            } else {
-                None
-            };
-            if let Some(e) = gave_up {
-                // The request's thread ends at its own timeout; the server is told now.
-                let reason = if e == McpError::Cancelled {
-                    "the user stopped the answer"
-                } else {
-                    "timeout"
-                };
-                let _ = self.notify(
-                    "notifications/cancelled",
-                    Some(json!({"requestId": id, "reason": reason})),
-                );
-                return Err(e);
-            }
-            match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
-                Ok(answer) => return answer,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(McpError::Closed("the request's thread ended".into()));
-                }
-            }
-        }
+        // On giving up, the request's thread ends at its own timeout; the server is told
+        // now.
+        super::wait_for_answer(
+            id,
+            &rx,
+            deadline,
+            cancel,
+            "the request's thread ended",
+            &|note| {
+                let _ = self.shared.post(note, NOTIFY_TIMEOUT);
+            },
+        )
     }
 
     fn notify(&self, method: &str, params: Option<Value>) -> Result<(), McpError> {

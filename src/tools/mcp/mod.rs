@@ -102,6 +102,52 @@ impl<L: Link + ?Sized> Link for std::sync::Arc<L> {
     }
 }
 
+/// How often a waiting request looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Waits for request `id`'s answer on `rx` until `deadline`, or until `cancel` is set; on
+/// giving up, `tell` is handed the `notifications/cancelled` message for the server (the
+/// transports send it their own way). `closed` names what a dropped sender means.
+pub(crate) fn wait_for_answer(
+    id: u64,
+    rx: &std::sync::mpsc::Receiver<Result<Value, McpError>>,
+    deadline: Instant,
+    cancel: &AtomicBool,
+    closed: &str,
+    tell: &dyn Fn(String),
+) -> Result<Value, McpError> {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc::RecvTimeoutError;
+    let started = Instant::now();
+    loop {
+        let now = Instant::now();
+        let gave_up = if cancel.load(Ordering::Relaxed) {
+            Some(McpError::Cancelled)
+        } else if now >= deadline {
+            Some(McpError::Timeout(now - started))
+        } else {
+            None
+        };
+        if let Some(e) = gave_up {
+            let reason = if e == McpError::Cancelled {
+                "the user stopped the answer"
+            } else {
+                "timeout"
+            };
+            tell(jsonrpc::notification(
+                "notifications/cancelled",
+                Some(json!({"requestId": id, "reason": reason})),
+            ));
+            return Err(e);
+        }
+        match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
+            Ok(answer) => return answer,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Err(McpError::Closed(closed.into())),
+        }
+    }
+}
+
 /// A tool as a server lists it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolInfo {

@@ -286,37 +286,10 @@ impl Link for StdioLink {
         }
         self.shared
             .write_line(&jsonrpc::request(id, method, params))?;
-        let started = Instant::now();
-        loop {
-            let now = Instant::now();
-            let gave_up = if cancel.load(Ordering::Relaxed) {
-                Some(McpError::Cancelled)
-            } else if now >= deadline {
-                Some(McpError::Timeout(now - started))
-            } else {
-                None
-            };
-            if let Some(e) = gave_up {
-                self.shared.pending.lock().remove(&id);
-                let reason = if e == McpError::Cancelled {
-                    "the user stopped the answer"
-                } else {
-                    "timeout"
-                };
-                let _ = self.shared.write_line(&jsonrpc::notification(
-                    "notifications/cancelled",
-                    Some(json!({"requestId": id, "reason": reason})),
-                ));
-                return Err(e);
-            }
-            match rx.recv_timeout(CANCEL_POLL.min(deadline - now)) {
-                Ok(answer) => return answer,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(McpError::Closed("the connection ended".into()));
-                }
-            }
-        }
+        super::wait_for_answer(id, &rx, deadline, cancel, "the connection ended", &|note| {
+            self.shared.pending.lock().remove(&id);
+            let _ = self.shared.write_line(&note);
+        })
     }
 
     fn notify(&self, method: &str, params: Option<Value>) -> Result<(), McpError> {
