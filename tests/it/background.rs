@@ -211,6 +211,10 @@ fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
         );
         assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
     }
+    // The earlier turns' post-persist work is done first: the summary held below must be
+    // the new turn's pre-send compaction, not a late background one (on a loaded machine
+    // that one could take the held answer while the turn went on without waiting).
+    wait_until("the post-turn work", || r.engine.background_jobs() == 0);
     mock.defaults(json!({"summary": {"headers_delay_ms": 20_000}}));
     let before = mock.requests().len();
     let sub = r
