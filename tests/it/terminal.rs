@@ -392,13 +392,13 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
 }
 
 /// A child's standard output as it arrives (partial lines included), to wait on.
-struct Stdout {
+pub(crate) struct Stdout {
     chunks: std::sync::mpsc::Receiver<String>,
     seen: std::cell::RefCell<String>,
 }
 
 impl Stdout {
-    fn of(child: &mut Child) -> Stdout {
+    pub(crate) fn of(child: &mut Child) -> Stdout {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -419,7 +419,7 @@ impl Stdout {
     }
 
     /// Waits (generously) until the output so far contains `text`; returns all of it.
-    fn until(&self, text: &str) -> String {
+    pub(crate) fn until(&self, text: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let mut seen = self.seen.borrow_mut();
         while !seen.contains(text) {

@@ -132,3 +132,59 @@ fn chat_in_process_always_allows_the_tool_for_the_rest_of_the_session() {
     assert!(out.contains("[error, "), "the unknown tool: {out}");
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
 }
+
+/// Ctrl-C while `brain chat` asks about a call stops the answer at once (the stop denies
+/// the call), without waiting for a line; and each later answer can be stopped too (a
+/// second Ctrl-C used to quit when it came in a later answer).
+#[test]
+fn ctrl_c_during_a_question_stops_the_answer_and_every_answer_can_be_stopped() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let test =
+        "tools_chat::ctrl_c_during_a_question_stops_the_answer_and_every_answer_can_be_stopped";
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(b) = start(test, &mock, dir.path(), &[]) else {
+        return;
+    };
+    let file = dir.path().join("never.txt");
+    // Only the step that asks: the stop ends the attempt before a second step is needed.
+    mock.script(json!({"kind": "stream", "text": "Writing.",
+                       "tool_calls": [write_call("call_int", &file, "x")]}));
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .args(["chat", "--url", &b.url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    let out = crate::terminal::Stdout::of(&mut chat);
+    let interrupt = |pid: u32| {
+        Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .unwrap();
+    };
+    stdin.write_all(b"write it\n").unwrap();
+    stdin.flush().unwrap();
+    out.until("[a]lways ");
+    interrupt(chat.id());
+    // The stream ends (the stop denied the call) with no line typed.
+    out.until("[cancelled, ");
+    out.until("you › ");
+    assert!(chat.try_wait().unwrap().is_none(), "still chatting");
+    assert!(!file.exists());
+    // A later answer: Ctrl-C stops it too, rather than quitting.
+    stdin
+        .write_all(b"wait forever [[mock {\"hang\": true}]]\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    // This answer's own "assistant: " (the first answer's is in the output already).
+    out.until("{\"hang\": true}]]\nassistant: ");
+    interrupt(chat.id());
+    out.until("[failed");
+    assert!(chat.try_wait().unwrap().is_none(), "a stop, not an exit");
+    interrupt(chat.id());
+    assert_eq!(chat.wait().unwrap().code(), Some(130));
+}

@@ -54,23 +54,23 @@ pub fn run(
     let active = Arc::new(AtomicBool::new(false));
     // `/fork` moves the chat to the new session; Ctrl-C stops the current one's answer.
     let current = Arc::new(Mutex::new(id));
+    let stopped = Arc::new(AtomicBool::new(false));
     watch_interrupts(
         Arc::clone(&backend),
         Arc::clone(&current),
         Arc::clone(&active),
+        Arc::clone(&stopped),
     )?;
-    let stdin = std::io::stdin();
     // A visible prompt on a terminal; through a pipe nothing is echoed, so the line read
     // is shown after it instead and the output reads as the conversation it was.
-    let terminal = stdin.is_terminal();
-    let mut lines = stdin.lock().lines();
+    let terminal = std::io::stdin().is_terminal();
+    let lines = Input::spawn();
     loop {
         if terminal {
             write!(out, "{PROMPT}")?;
             out.flush()?;
         }
-        let Some(line) = lines.next() else { break };
-        let line = line?;
+        let Some(line) = lines.next(None) else { break };
         let text = line.trim();
         if !terminal && !text.is_empty() {
             writeln!(out, "{PROMPT}{}", printable(text))?;
@@ -92,7 +92,7 @@ pub fn run(
                 continue;
             }
             t if t == "/edit" || t.starts_with("/edit ") => {
-                let mut read_line = || lines.next().and_then(Result::ok);
+                let mut read_line = || lines.next(None);
                 match super::chat_edit::edit_text(t, terminal, &mut read_line, out)? {
                     Some(new_text) => super::chat_edit::edit_last(backend.as_ref(), id, &new_text),
                     None => continue,
@@ -102,13 +102,17 @@ pub fn run(
         };
         match frames {
             Ok(frames) => {
+                stopped.store(false, Ordering::SeqCst);
                 active.store(true, Ordering::SeqCst);
-                let mut read_line = || lines.next().and_then(Result::ok);
+                // A question asked while the answer runs gives way to Ctrl-C: the stop
+                // answers it (the server denies it), no line is waited for.
+                let mut read_line = || lines.next(Some(&stopped));
                 let mut consent = Consent {
                     backend: backend.as_ref(),
                     id,
                     read_line: &mut read_line,
                     terminal,
+                    stopped: &stopped,
                 };
                 let shown = show_frames(frames, out, &mut consent);
                 active.store(false, Ordering::SeqCst);
@@ -122,19 +126,20 @@ pub fn run(
     Ok(())
 }
 
-/// Ctrl-C stops the running answer; a second one (or one at the prompt) leaves.
+/// Ctrl-C stops the running answer; a second one during it (or one at the prompt)
+/// leaves. `stopped` says the running answer was asked to stop; the loop clears it when
+/// the next answer starts, so each answer can be stopped.
 fn watch_interrupts(
     backend: Arc<dyn Backend>,
     current: Arc<Mutex<SessionId>>,
     active: Arc<AtomicBool>,
+    stopped: Arc<AtomicBool>,
 ) -> Result<(), CliError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT])
         .map_err(|e| CliError::Serve(format!("cannot handle Ctrl-C: {e}")))?;
     std::thread::spawn(move || {
-        let mut stopping = false;
         for _ in signals.forever() {
-            if active.load(Ordering::SeqCst) && !stopping {
-                stopping = true;
+            if active.load(Ordering::SeqCst) && !stopped.swap(true, Ordering::SeqCst) {
                 eprintln!("\n[stopping the answer; Ctrl-C again to leave]");
                 backend.stop(*current.lock().unwrap_or_else(PoisonError::into_inner));
                 continue;
@@ -146,6 +151,47 @@ fn watch_interrupts(
     Ok(())
 }
 
+/// The person's lines, read on a thread of their own so a wait for one can give way to
+/// Ctrl-C (a blocked read of standard input cannot be interrupted).
+struct Input {
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Input {
+    fn spawn() -> Input {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Input { lines: rx }
+    }
+
+    /// The next line; `None` at the end of input, or once `give_way` is set.
+    fn next(&self, give_way: Option<&AtomicBool>) -> Option<String> {
+        let Some(flag) = give_way else {
+            return self.lines.recv().ok();
+        };
+        loop {
+            if flag.load(Ordering::SeqCst) {
+                return None;
+            }
+            match self.lines.recv_timeout(INPUT_POLL) {
+                Ok(line) => return Some(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+}
+
+/// How often a question waiting for a line looks at Ctrl-C.
+const INPUT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What the user's lines start with, typed or shown.
 const PROMPT: &str = "you › ";
 
@@ -156,6 +202,8 @@ struct Consent<'a> {
     /// The person's next line; None at the end of input.
     read_line: &'a mut dyn FnMut() -> Option<String>,
     terminal: bool,
+    /// Set by Ctrl-C: the stop answers the question, so the person's answer is not sent.
+    stopped: &'a AtomicBool,
 }
 
 impl Consent<'_> {
@@ -173,6 +221,10 @@ impl Consent<'_> {
         )?;
         out.flush()?;
         let line = (self.read_line)();
+        if self.stopped.load(Ordering::SeqCst) {
+            writeln!(out)?;
+            return Ok(());
+        }
         // Through a pipe nothing is echoed: the answer read is shown, as typed lines are.
         if !self.terminal {
             writeln!(out, "{}", printable(line.as_deref().unwrap_or("").trim()))?;
