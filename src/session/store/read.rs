@@ -183,7 +183,9 @@ fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event
 }
 
 /// The transcript page's reads, on one snapshot. The kinds are literals, not parameters,
-/// so SQLite can match the partial indexes (V5) at prepare time.
+/// so the partial indexes (V4, V5) match at prepare time, and each read names its index:
+/// without statistics SQLite prefers the primary key's `session_id` prefix, a scan of the
+/// whole session, which is the cost this read exists to avoid.
 struct SqlPage<'c> {
     conn: &'c Connection,
     id: String,
@@ -204,7 +206,7 @@ impl PageSource for SqlPage<'_> {
 
     fn turn_attempts(&mut self, turn: u64) -> Result<Vec<Event>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, kind, payload, created_at FROM session_events
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_attempts
              WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')
                AND json_extract(payload, '$.turn') = ?2",
         )?;
@@ -214,7 +216,7 @@ impl PageSource for SqlPage<'_> {
 
     fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, kind, payload, created_at FROM session_events
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permission_answers
              WHERE session_id = ?1 AND kind = 'permission_resolved'
                AND json_extract(payload, '$.call_id') = ?2",
         )?;
@@ -224,7 +226,7 @@ impl PageSource for SqlPage<'_> {
 
     fn rewinds(&mut self) -> Result<Vec<Event>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, kind, payload, created_at FROM session_events
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_rewinds
              WHERE session_id = ?1 AND kind = 'rewind' ORDER BY seq",
         )?;
         let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
