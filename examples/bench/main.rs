@@ -11,6 +11,7 @@
 //! cargo run --release --example bench -- local URL [serve flags]     # a small local model
 //! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
 //! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
+//! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
 //! ```
 
 mod footprint;
@@ -21,6 +22,7 @@ mod projection;
 mod store;
 mod support;
 mod tools;
+mod transcript;
 mod turns;
 
 use std::process::ExitCode;
@@ -38,9 +40,10 @@ fn main() -> ExitCode {
         Some("local") => local::run(rest),
         Some("tools") => tools::run(rest),
         Some("import") => import::run(rest),
+        Some("transcript") => transcript::run(),
         _ => {
             eprintln!(
-                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import [args]"
+                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
             );
             return ExitCode::from(2);
         }

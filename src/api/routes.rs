@@ -12,7 +12,7 @@ use crate::chat::frames::Subscription;
 use crate::session::compactor::Budget;
 use crate::session::cursor::{ArchivedFilter, Cursor};
 use crate::session::events::TitledBy;
-use crate::session::projection::{llm_context, ui_transcript};
+use crate::session::projection::llm_context;
 use crate::session::store::{ListQuery, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow};
 
@@ -386,13 +386,10 @@ fn transcript(
     // hold its end, and at worst an attempt that has just ended shows as streaming (`/live`
     // still has its end). The other order could show a running answer as interrupted.
     let active = api.engine.active_attempt(id);
-    let items = ui_transcript(&store.events(id, 0, None)?, active);
-    let older: Vec<_> = items.into_iter().filter(|i| i.seq < before).collect();
-    let start = older.len().saturating_sub(limit);
-    let page = &older[start..];
+    let page = store.transcript_page(id, before, limit, active)?;
     Ok(http::json(
         200,
-        &json!({"session": session_json(api, &session), "items": page, "more": start > 0}),
+        &json!({"session": session_json(api, &session), "items": page.items, "more": page.more}),
     ))
 }
 

@@ -34,4 +34,5 @@ mod tools_real;
 mod tools_registry;
 mod tools_wire;
 mod transcript;
+mod transcript_pages;
 mod weak_model;

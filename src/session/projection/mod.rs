@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+pub mod page;
 pub mod tree;
 
 pub use tree::{
@@ -531,6 +532,8 @@ fn failed_item(f: &TurnFailed) -> ItemBody {
 mod examples;
 #[cfg(test)]
 mod examples_partials;
+#[cfg(test)]
+mod page_properties;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

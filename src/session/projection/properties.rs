@@ -13,7 +13,7 @@ use crate::session::testlog::Log;
 
 /// How an attempt ends.
 #[derive(Clone, Debug)]
-enum Outcome {
+pub(super) enum Outcome {
     /// Completes, after this many checkpoints.
     Complete(u8),
     /// Cut after this many checkpoints (at least one).
@@ -25,7 +25,7 @@ enum Outcome {
 }
 
 #[derive(Clone, Debug)]
-enum Action {
+pub(super) enum Action {
     /// A user message and its first attempt.
     Turn(Outcome),
     /// Another attempt of the newest turn (retry or regenerate).
@@ -54,7 +54,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     ]
 }
 
-fn action() -> impl Strategy<Value = Action> {
+pub(super) fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         6 => outcome().prop_map(Action::Turn),
         2 => outcome().prop_map(Action::Retry),
@@ -78,7 +78,7 @@ struct RequestPoint {
 
 /// Plays actions the way the turn engine would, recording every request point.
 #[derive(Default)]
-struct Sim {
+pub(super) struct Sim {
     turns: Vec<u64>,
     attempts: HashMap<u64, u32>,
     completed: HashMap<u64, u32>,
@@ -88,7 +88,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn run(actions: &[Action]) -> (Log, Sim) {
+    pub(super) fn run(actions: &[Action]) -> (Log, Sim) {
         let mut log = Log::new("system prompt");
         let mut sim = Sim::default();
         for a in actions {
@@ -199,7 +199,7 @@ impl Sim {
     /// Leaves one attempt running at the end of the log, as the engine would: a retry of
     /// the newest turn or a new turn, with `checkpoints` written so far and no end.
     /// Returns it as (turn, attempt).
-    fn running(&mut self, log: &mut Log, retry: bool, checkpoints: u8) -> (u64, u32) {
+    pub(super) fn running(&mut self, log: &mut Log, retry: bool, checkpoints: u8) -> (u64, u32) {
         let turn = match self.turns.last() {
             Some(&t) if retry && t > boundary(log) => t,
             _ => {

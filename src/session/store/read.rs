@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, SessionRow, Store, StoreError};
 use crate::session::events::{Event, SessionId, kind};
+use crate::session::projection::page::{Page, PageSource, transcript_page};
 use crate::session::projection::visible_compaction_boundary;
 
 /// Maps a `SELECT id, title, archived, system, created_at, updated_at` row.
@@ -85,6 +86,34 @@ impl Store {
         Ok(events)
     }
 
+    /// One page of the UI transcript (SPEC §7): the newest `limit` items before
+    /// `before_seq`, read from one snapshot through the indexes that find an item's
+    /// attempt, answers and rewinds, so a page costs about the same in a long session as
+    /// in a short one (see [`crate::session::projection::page`]). `active` as for
+    /// [`crate::session::projection::ui_transcript`].
+    pub fn transcript_page(
+        &self,
+        id: SessionId,
+        before_seq: u64,
+        limit: usize,
+        active: Option<(u64, u32)>,
+    ) -> Result<Page> {
+        let mut conn = self.reader()?;
+        let tx = conn.transaction()?;
+        require_session(&tx, id)?;
+        let page = transcript_page(
+            &mut SqlPage {
+                conn: &tx,
+                id: id.to_string(),
+            },
+            before_seq,
+            limit,
+            active,
+        )?;
+        tx.finish()?;
+        Ok(page)
+    }
+
     /// Every session id, oldest first (tests and export).
     pub fn session_ids(&self) -> Result<Vec<SessionId>> {
         let conn = self.reader()?;
@@ -151,4 +180,56 @@ fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event
     )?;
     let rows = stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The transcript page's reads, on one snapshot. The kinds are literals, not parameters,
+/// so the partial indexes (V4, V5) match at prepare time, and each read names its index:
+/// without statistics SQLite prefers the primary key's `session_id` prefix, a scan of the
+/// whole session, which is the cost this read exists to avoid.
+struct SqlPage<'c> {
+    conn: &'c Connection,
+    id: String,
+}
+
+impl PageSource for SqlPage<'_> {
+    type Error = StoreError;
+
+    fn events_before(&mut self, before: u64, n: usize) -> Result<Vec<Event>> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, payload, created_at FROM session_events
+             WHERE session_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![self.id, before, n], event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn turn_attempts(&mut self, turn: u64) -> Result<Vec<Event>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_attempts
+             WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')
+               AND json_extract(payload, '$.turn') = ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![self.id, turn], event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permission_answers
+             WHERE session_id = ?1 AND kind = 'permission_resolved'
+               AND json_extract(payload, '$.call_id') = ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![self.id, call_id], event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn rewinds(&mut self) -> Result<Vec<Event>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_rewinds
+             WHERE session_id = ?1 AND kind = 'rewind' ORDER BY seq",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
 }
