@@ -13,6 +13,16 @@ use crate::session::search::{markers, parse_marked, plain_to_fts};
 /// Tokens of context in a search snippet (FTS5 allows up to 64).
 pub const SNIPPET_TOKENS: i64 = 16;
 
+/// How many matches a best-first search ranks: the newest this many. bm25 scores every
+/// match it is given, so ranking all of them made a word in 10% of a million events cost
+/// ~0.3 s (and ~3 s at ten million); ranking a bounded window makes the cost independent of
+/// how common the word is. 2,000 is ~20 pages of the API's largest page (100), far deeper
+/// than anyone pages through a ranked list, and small enough to score in a few
+/// milliseconds; on the labelled set in `tests/it/search.rs` the window keeps every best
+/// hit on top. A query with fewer matches is ranked exactly as before. Older matches past
+/// the window are reached newest first with [`SearchOrder::Recent`].
+pub const RANK_WINDOW: u32 = 2_000;
+
 /// What to list.
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
@@ -44,6 +54,17 @@ pub enum Syntax {
     Fts,
 }
 
+/// The order of search hits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchOrder {
+    /// Best first (bm25), among the newest [`RANK_WINDOW`] matches.
+    #[default]
+    Relevance,
+    /// Newest first, over every match: read in index order and stopped at the page, so a
+    /// page costs the same however common the words are.
+    Recent,
+}
+
 /// A message search.
 #[derive(Clone, Debug, Default)]
 pub struct SearchQuery {
@@ -51,6 +72,7 @@ pub struct SearchQuery {
     pub syntax: Syntax,
     pub limit: u32,
     pub offset: u32,
+    pub order: SearchOrder,
 }
 
 /// One search result.
@@ -174,26 +196,7 @@ impl Store {
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let (open, close) = markers(&nonce);
-    // LIMIT and OFFSET are written into the statement (they are integers, never text a
-    // client wrote): bound as parameters, SQLite planned the search slower, and a rare-word
-    // search took 1.5x the raw statement (BENCHMARKS.md).
-    let sql = format!(
-        "SELECT e.session_id, s.title, e.seq, e.kind, e.created_at,
-                snippet(session_search, 0, ?2, ?3, '…', ?4)
-         FROM session_search
-         JOIN session_events e ON e.id = session_search.rowid
-         JOIN sessions s ON s.id = e.session_id
-         WHERE session_search MATCH ?1
-           AND NOT (e.kind = 'pending_state' AND EXISTS (
-               SELECT 1 FROM session_events a
-               WHERE a.session_id = e.session_id AND a.seq > e.seq
-                 AND a.kind = 'assistant_turn'
-                 AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
-                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
-         ORDER BY session_search.rank, e.session_id, e.seq
-         LIMIT {} OFFSET {}",
-        q.limit, q.offset
-    );
+    let sql = search_statement(q);
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![expr, open, close, SNIPPET_TOKENS], |r| {
         Ok((
@@ -225,6 +228,48 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
     }
     mark_abandoned(conn, &mut hits)?;
     Ok(hits)
+}
+
+/// The search statement for one query's order and page. LIMIT, OFFSET and the window are
+/// written into the statement (they are integers, never text a client wrote): bound as
+/// parameters, SQLite planned the search slower, and a rare-word search took 1.5x the raw
+/// statement (BENCHMARKS.md).
+///
+/// Both orders start from FTS5's matches read by rowid (the event's id, so append order),
+/// which FTS5 does from its index without scoring: `Recent` reads them newest first and
+/// stops at the page; `Relevance` finds the rowid of the [`RANK_WINDOW`]th newest match
+/// and ranks only the matches from there on (FTS5 honours a rowid bound when it sorts by
+/// rank, so older matches are never scored).
+fn search_statement(q: &SearchQuery) -> String {
+    let (window, order) = match q.order {
+        SearchOrder::Relevance => (
+            format!(
+                "AND session_search.rowid >= coalesce((
+                     SELECT w.rowid FROM session_search w WHERE w.session_search MATCH ?1
+                     ORDER BY w.rowid DESC LIMIT 1 OFFSET {}), 0)",
+                RANK_WINDOW - 1
+            ),
+            "session_search.rank, e.session_id, e.seq",
+        ),
+        SearchOrder::Recent => (String::new(), "session_search.rowid DESC"),
+    };
+    format!(
+        "SELECT e.session_id, s.title, e.seq, e.kind, e.created_at,
+                snippet(session_search, 0, ?2, ?3, '…', ?4)
+         FROM session_search
+         JOIN session_events e ON e.id = session_search.rowid
+         JOIN sessions s ON s.id = e.session_id
+         WHERE session_search MATCH ?1 {window}
+           AND NOT (e.kind = 'pending_state' AND EXISTS (
+               SELECT 1 FROM session_events a
+               WHERE a.session_id = e.session_id AND a.seq > e.seq
+                 AND a.kind = 'assistant_turn'
+                 AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
+                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
+         ORDER BY {order}
+         LIMIT {} OFFSET {}",
+        q.limit, q.offset
+    )
 }
 
 /// Marks the hits a later rewind hides, reading each session's rewinds once (through
