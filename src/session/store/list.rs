@@ -344,3 +344,34 @@ mod tests {
         }
     }
 }
+
+/// Newest first is read in FTS5's rowid order and stops at the page: no sort. Best
+/// first bounds what it ranks by a rowid found from the index.
+#[test]
+fn search_statements_read_matches_in_rowid_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
+    let conn = store.reader().unwrap();
+    let plan = |order| {
+        let sql = search_statement(&SearchQuery {
+            text: "x".into(),
+            limit: 20,
+            offset: 40,
+            order,
+            ..Default::default()
+        });
+        let rows: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params!["\"x\"", "[", "]", SNIPPET_TOKENS], |r| r.get(3))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        rows.join("; ")
+    };
+    let recent = plan(SearchOrder::Recent);
+    assert!(recent.contains("VIRTUAL TABLE"), "{recent}");
+    assert!(!recent.contains("TEMP B-TREE"), "{recent}");
+    let best = plan(SearchOrder::Relevance);
+    assert!(best.contains("SCALAR SUBQUERY"), "{best}");
+}
