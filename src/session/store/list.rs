@@ -236,40 +236,51 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
 /// statement (BENCHMARKS.md).
 ///
 /// Both orders start from FTS5's matches read by rowid (the event's id, so append order),
-/// which FTS5 does from its index without scoring: `Recent` reads them newest first and
-/// stops at the page; `Relevance` finds the rowid of the [`RANK_WINDOW`]th newest match
-/// and ranks only the matches from there on (FTS5 honours a rowid bound when it sorts by
-/// rank, so older matches are never scored).
+/// which FTS5 reads from its index newest first without sorting. `Recent` stops at the
+/// page. `Relevance` scores the newest [`RANK_WINDOW`] matches with bm25 in that same pass
+/// (`bm25()` is what `rank` is: the table sets no other), sorts those, and only the page's
+/// rows go back to FTS5 (by rowid) for their snippets: one pass over the index, never
+/// more than the window scored.
 fn search_statement(q: &SearchQuery) -> String {
-    let (window, order) = match q.order {
-        SearchOrder::Relevance => (
-            format!(
-                "AND session_search.rowid >= coalesce((
-                     SELECT w.rowid FROM session_search w WHERE w.session_search MATCH ?1
-                     ORDER BY w.rowid DESC LIMIT 1 OFFSET {}), 0)",
-                RANK_WINDOW - 1
-            ),
-            "session_search.rank, e.session_id, e.seq",
-        ),
-        SearchOrder::Recent => (String::new(), "session_search.rowid DESC"),
-    };
-    format!(
-        "SELECT e.session_id, s.title, e.seq, e.kind, e.created_at,
-                snippet(session_search, 0, ?2, ?3, '…', ?4)
-         FROM session_search
-         JOIN session_events e ON e.id = session_search.rowid
-         JOIN sessions s ON s.id = e.session_id
-         WHERE session_search MATCH ?1 {window}
-           AND NOT (e.kind = 'pending_state' AND EXISTS (
+    let leave_out_checkpoints = "NOT (e.kind = 'pending_state' AND EXISTS (
                SELECT 1 FROM session_events a
                WHERE a.session_id = e.session_id AND a.seq > e.seq
                  AND a.kind = 'assistant_turn'
                  AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
-                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
-         ORDER BY {order}
-         LIMIT {} OFFSET {}",
-        q.limit, q.offset
-    )
+                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))";
+    let columns = "e.session_id, s.title, e.seq, e.kind, e.created_at,
+                snippet(session_search, 0, ?2, ?3, '…', ?4)";
+    let (limit, offset) = (q.limit, q.offset);
+    match q.order {
+        SearchOrder::Recent => format!(
+            "SELECT {columns}
+             FROM session_search
+             JOIN session_events e ON e.id = session_search.rowid
+             JOIN sessions s ON s.id = e.session_id
+             WHERE session_search MATCH ?1 AND {leave_out_checkpoints}
+             ORDER BY session_search.rowid DESC
+             LIMIT {limit} OFFSET {offset}"
+        ),
+        SearchOrder::Relevance => format!(
+            "WITH window AS (
+                 SELECT rowid AS id, bm25(session_search) AS score
+                 FROM session_search WHERE session_search MATCH ?1
+                 ORDER BY rowid DESC LIMIT {RANK_WINDOW}),
+             page AS (
+                 SELECT e.id, window.score, e.session_id, e.seq
+                 FROM window JOIN session_events e ON e.id = window.id
+                 WHERE {leave_out_checkpoints}
+                 ORDER BY window.score, e.session_id, e.seq
+                 LIMIT {limit} OFFSET {offset})
+             SELECT {columns}
+             FROM page
+             JOIN session_search ON session_search.rowid = page.id
+             JOIN session_events e ON e.id = page.id
+             JOIN sessions s ON s.id = e.session_id
+             WHERE session_search MATCH ?1
+             ORDER BY page.score, page.session_id, page.seq"
+        ),
+    }
 }
 
 /// Marks the hits a later rewind hides, reading each session's rewinds once (through
@@ -373,5 +384,9 @@ fn search_statements_read_matches_in_rowid_order() {
     assert!(recent.contains("VIRTUAL TABLE"), "{recent}");
     assert!(!recent.contains("TEMP B-TREE"), "{recent}");
     let best = plan(SearchOrder::Relevance);
-    assert!(best.contains("SCALAR SUBQUERY"), "{best}");
+    // The page's rows go back to FTS5 one rowid each, for their snippets.
+    assert!(
+        best.contains("SCAN page") && best.contains(":=M1"),
+        "{best}"
+    );
 }
