@@ -15,12 +15,13 @@ pub const SNIPPET_TOKENS: i64 = 16;
 
 /// How many matches a best-first search ranks: the newest this many. bm25 scores every
 /// match it is given, so ranking all of them made a word in 10% of a million events cost
-/// ~0.3 s (and ~3 s at ten million); ranking a bounded window makes the cost independent of
-/// how common the word is. 2,000 is ~20 pages of the API's largest page (100), far deeper
-/// than anyone pages through a ranked list, and small enough to score in a few
-/// milliseconds; on the labelled set in `tests/it/search.rs` the window keeps every best
-/// hit on top. A query with fewer matches is ranked exactly as before. Older matches past
-/// the window are reached newest first with [`SearchOrder::Recent`].
+/// ~0.16–0.3 s (and seconds at ten million); ranking a bounded window makes the cost
+/// independent of how common the word is (12 ms at 1M, BENCHMARKS.md). 2,000 is 20 of the
+/// API's largest pages (100), deeper than people page through a ranked list, and holds
+/// every match of most queries: one with at most 2,000 matches is ranked exactly as
+/// before. What it costs: a single very common word whose best hit is older than its
+/// newest 2,000 matches loses that hit (1 of 7 queries on the labelled set in
+/// `tests/it/search.rs`); a second word or [`SearchOrder::Recent`] reaches it.
 pub const RANK_WINDOW: u32 = 2_000;
 
 /// What to list.
