@@ -609,3 +609,21 @@ fn the_rank_window_keeps_the_best_hit_on_top_for_typical_queries() {
         labelled.len()
     );
 }
+
+/// FTS syntax errors are the query's fault in both orders, even with nothing to search
+/// (a statement the planner may start from an empty table must still parse the query).
+#[test]
+fn bad_fts_is_bad_query_on_an_empty_store_in_both_orders() {
+    let db = TempDb::new();
+    let store = db.open();
+    for order in [SearchOrder::Relevance, SearchOrder::Recent] {
+        for text in ["NEAR(", "AND", "\"unclosed"] {
+            let q = SearchQuery { order, ..fts(text) };
+            let got = store.search(&q);
+            assert!(
+                matches!(got, Err(StoreError::BadQuery(_))),
+                "{order:?} {text:?}: {got:?}"
+            );
+        }
+    }
+}

@@ -184,6 +184,9 @@ impl Store {
             Syntax::Fts => q.text.clone(),
         };
         let conn = self.reader()?;
+        if q.syntax == Syntax::Fts {
+            check_fts(&conn, &expr).map_err(as_bad_query)?;
+        }
         run_search(&conn, &expr, q).map_err(|e| match q.syntax {
             Syntax::Fts => as_bad_query(e),
             Syntax::Plain => e,
@@ -298,6 +301,18 @@ fn mark_abandoned(conn: &Connection, hits: &mut [SearchHit]) -> Result<()> {
         };
         h.abandoned = is_abandoned(list, h.seq);
     }
+    Ok(())
+}
+
+/// Has FTS5 parse an FTS-syntax query, looking up one rowid that never exists. The search
+/// statements join FTS5 to ordinary tables, and SQLite skips a join outright when one of
+/// its tables is empty: with no events yet, FTS5 never saw the query and a syntax error
+/// answered no hits instead of `bad_query`.
+fn check_fts(conn: &Connection, expr: &str) -> Result<()> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM session_search WHERE session_search MATCH ?1 AND rowid = 0",
+    )?
+    .query_row([expr], |_| Ok(()))?;
     Ok(())
 }
 
