@@ -24,6 +24,7 @@ function init() {
   $('retry').addEventListener('click', retry);
   $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); showEmpty(); renderHeader(); $('message').focus(); });
   $('search').addEventListener('input', onSearch);
+  $('search-recent').addEventListener('change', onSearch);
   $('show-archived').addEventListener('change', () => loadSessions(true));
   $('session-title').addEventListener('click', startRename);
   $('archive').addEventListener('click', async () => {

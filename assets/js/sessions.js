@@ -89,7 +89,9 @@ export function onSearch() {
     const box = $('search-results');
     if (!q) { box.hidden = true; box.textContent = ''; return; }
     try {
-      const { hits } = await api('/v1/search?' + new URLSearchParams({ q, limit: '50' }));
+      // Best first ranks the newest matches (RANK_WINDOW); newest first reaches them all.
+      const order = $('search-recent').checked ? 'recent' : 'relevance';
+      const { hits } = await api('/v1/search?' + new URLSearchParams({ q, limit: '50', order }));
       if (gen !== searchGen) return;
       box.textContent = '';
       if (!hits.length) box.append(el('div', 'muted', 'No matches'));

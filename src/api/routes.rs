@@ -13,7 +13,7 @@ use crate::session::compactor::Budget;
 use crate::session::cursor::{ArchivedFilter, Cursor};
 use crate::session::events::TitledBy;
 use crate::session::projection::llm_context;
-use crate::session::store::{ListQuery, SearchQuery, Syntax};
+use crate::session::store::{ListQuery, SearchOrder, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow};
 
 /// The longest title accepted, in characters.
@@ -461,11 +461,17 @@ fn search(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiErro
         Some("fts") => Syntax::Fts,
         Some(_) => return Err(ApiError::bad_request("`syntax` must be plain or fts")),
     };
+    let order = match params.get("order").map(String::as_str) {
+        None | Some("relevance") => SearchOrder::Relevance,
+        Some("recent") => SearchOrder::Recent,
+        Some(_) => return Err(ApiError::bad_request("`order` must be relevance or recent")),
+    };
     let hits = api.engine.store().search(&SearchQuery {
         text: q.to_owned(),
         syntax,
         limit: number(params, "limit", 20, 1, 100)? as u32,
         offset: number(params, "offset", 0, 0, 100_000)? as u32,
+        order,
     })?;
     let hits: Vec<Value> = hits.iter().map(views::hit).collect();
     Ok(http::json(200, &json!({"hits": hits})))

@@ -418,6 +418,9 @@ pub enum SessionsCommand {
         /// Skip this many hits (paging)
         #[arg(long, default_value_t = 0)]
         offset: u32,
+        /// Newest first over every match, instead of best first among the newest matches
+        #[arg(long)]
+        recent: bool,
         /// JSON instead of text
         #[arg(long)]
         json: bool,

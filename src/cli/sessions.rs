@@ -14,7 +14,7 @@ use crate::chat::engine::{Engine, EngineError};
 use crate::provider::Provider;
 use crate::session::events::method;
 use crate::session::projection::{Item, ItemBody, Role, llm_context, ui_transcript};
-use crate::session::store::{ListQuery, SearchHit, SearchQuery, Syntax};
+use crate::session::store::{ListQuery, SearchHit, SearchOrder, SearchQuery, Syntax};
 use crate::session::{SessionId, SessionRow, Store};
 use crate::tokens::Estimator;
 
@@ -93,6 +93,7 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
             fts,
             limit,
             offset,
+            recent,
             json,
         } => {
             let q = SearchQuery {
@@ -100,6 +101,11 @@ pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<()
                 syntax: if fts { Syntax::Fts } else { Syntax::Plain },
                 limit,
                 offset,
+                order: if recent {
+                    SearchOrder::Recent
+                } else {
+                    SearchOrder::Relevance
+                },
             };
             search(store, &q, json, out)
         }

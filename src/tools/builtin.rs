@@ -110,6 +110,7 @@ pub fn search_history(store: Option<&Store>, args: &Value) -> ToolOutcome {
         syntax: Syntax::Plain,
         limit,
         offset: 0,
+        order: Default::default(),
     }) {
         Ok(hits) => ToolOutcome::ok(render_hits(&query, &hits)),
         Err(e) => {

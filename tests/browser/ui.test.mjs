@@ -47,6 +47,11 @@ test('a chat streams its answer, survives a reload, and search finds it', async 
   await p.waitForSelector('.msg.assistant >> text=to: hello from the browser');
   await p.fill('#search', 'browser');
   await p.waitForSelector('#search-results .hit mark');
+  // Newest first: the toggle asks for order=recent and still finds it.
+  const recent = p.waitForRequest((r) => r.url().includes('order=recent'));
+  await p.check('#search-recent');
+  await recent;
+  await p.waitForSelector('#search-results .hit mark');
   await p.click('#search-results .hit');
   await p.waitForSelector('.msg.user >> text=hello from the browser');
   assert.deepEqual(p.errors || [], []);

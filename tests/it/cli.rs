@@ -147,6 +147,19 @@ fn list_show_and_search_from_the_terminal() {
     assert_eq!(hits["hits"][0]["kind"], "user_message");
     assert_eq!(hits["hits"][0]["label"], "message");
     assert_eq!(hits["hits"][0]["highlights"].as_array().unwrap().len(), 2);
+    let recent: Value = serde_json::from_str(&stdout_ok(&brain(
+        &db,
+        &["sessions", "search", "--recent", "--json", "heron"],
+    )))
+    .unwrap();
+    let times: Vec<&str> = recent["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["created_at"].as_str().unwrap())
+        .collect();
+    assert!(times.len() > 1, "{recent}");
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use brain::session::events::{TitledBy, kind};
-use brain::session::store::{SearchHit, SearchQuery, Syntax};
+use brain::session::store::{RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, Syntax};
 use brain::session::{Store, StoreError};
 use proptest::prelude::*;
 
@@ -17,6 +17,7 @@ fn plain(text: &str) -> SearchQuery {
         syntax: Syntax::Plain,
         limit: 20,
         offset: 0,
+        order: SearchOrder::Relevance,
     }
 }
 
@@ -311,6 +312,318 @@ proptest! {
         match store.search(&fts(&q)) {
             Ok(_) | Err(StoreError::BadQuery(_)) => {}
             Err(other) => prop_assert!(false, "{:?}: {:?}", q, other),
+        }
+    }
+}
+
+fn ordered(text: &str, order: SearchOrder, limit: u32, offset: u32) -> SearchQuery {
+    SearchQuery {
+        limit,
+        offset,
+        order,
+        ..plain(text)
+    }
+}
+
+/// Best first ranks the newest `RANK_WINDOW` matches and no older ones: an old event that
+/// would outrank them all is ranked while it is inside the window and not once it falls
+/// out of it; newest first still reaches it.
+#[test]
+fn best_first_ranks_only_the_newest_window_of_matches() {
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    let dense = store.append(id, &user("needle needle needle")).unwrap().seq;
+    store
+        .write(|w| {
+            for n in 1..RANK_WINDOW {
+                w.append(
+                    id,
+                    &user(&format!(
+                        "a long message {n} about hay, and one needle in it"
+                    )),
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let top = |store: &Store| store.search(&ordered("needle", SearchOrder::Relevance, 1, 0));
+    // Exactly RANK_WINDOW matches: the oldest is inside the window, and best.
+    assert_eq!(top(&store).unwrap()[0].seq, dense);
+    let last = store
+        .append(id, &user("one more needle, the newest"))
+        .unwrap();
+    assert_ne!(top(&store).unwrap()[0].seq, dense);
+    let deep = store
+        .search(&ordered(
+            "needle",
+            SearchOrder::Relevance,
+            10,
+            RANK_WINDOW - 1,
+        ))
+        .unwrap();
+    assert_eq!(deep.len(), 1, "the window holds RANK_WINDOW matches");
+    let recent = |offset| store.search(&ordered("needle", SearchOrder::Recent, 1, offset));
+    assert_eq!(recent(0).unwrap()[0].seq, last.seq);
+    assert_eq!(recent(RANK_WINDOW).unwrap()[0].seq, dense);
+}
+
+/// Newest first pages exactly through many identical hits spread over sessions (every
+/// bm25 score ties): each hit once, in reverse append order, whatever the page size.
+#[test]
+fn newest_first_pages_exactly_through_identical_hits() {
+    let db = TempDb::new();
+    let store = db.open();
+    let sessions: Vec<_> = (0..3)
+        .map(|_| store.create_session(None, String::new()).unwrap().id)
+        .collect();
+    let mut appended = Vec::new();
+    store
+        .write(|w| {
+            for n in 0..250 {
+                let id = sessions[n % 3];
+                appended.push((id, w.append(id, &user("the very same words"))?.seq));
+            }
+            Ok(())
+        })
+        .unwrap();
+    appended.reverse();
+    for page in [1, 7, 100] {
+        let mut seen = Vec::new();
+        for offset in (0..).step_by(page as usize) {
+            let hits = store
+                .search(&ordered("same words", SearchOrder::Recent, page, offset))
+                .unwrap();
+            if hits.is_empty() {
+                break;
+            }
+            seen.extend(hits.iter().map(|h| (h.session_id, h.seq)));
+        }
+        assert_eq!(seen, appended, "page size {page}");
+    }
+    // Best first with all scores tied is as exact: each hit once.
+    let mut best = Vec::new();
+    for offset in (0..).step_by(7) {
+        let hits = store
+            .search(&ordered("same words", SearchOrder::Relevance, 7, offset))
+            .unwrap();
+        if hits.is_empty() {
+            break;
+        }
+        best.extend(hits.iter().map(|h| (h.session_id, h.seq)));
+    }
+    assert_eq!(best.len(), appended.len());
+    let distinct: HashSet<_> = best.iter().collect();
+    assert_eq!(distinct.len(), appended.len());
+}
+
+/// Newest first keeps the rest of the contract: titles and archived sessions found,
+/// snippets with highlights, FTS syntax and its errors.
+#[test]
+fn newest_first_keeps_snippets_highlights_and_fts_syntax() {
+    let (_db, store) = corpus();
+    let recent = store
+        .search(&ordered("otter", SearchOrder::Recent, 20, 0))
+        .unwrap();
+    let mut best = store.search(&plain("otter")).unwrap();
+    let key = |h: &SearchHit| (h.session_id, h.seq);
+    best.sort_by_key(|h| std::cmp::Reverse(h.created_at.clone()));
+    let (mut a, mut b): (Vec<_>, Vec<_>) = (
+        recent.iter().map(key).collect(),
+        best.iter().map(key).collect(),
+    );
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same hits, archived session included");
+    assert!(
+        recent
+            .windows(2)
+            .all(|w| w[0].created_at >= w[1].created_at),
+        "{recent:#?}"
+    );
+    for hit in &recent {
+        assert!(
+            highlighted(hit)
+                .iter()
+                .all(|m| m.eq_ignore_ascii_case("otter")),
+            "{hit:?}"
+        );
+        assert!(!highlighted(hit).is_empty(), "{hit:?}");
+    }
+    let either = SearchQuery {
+        order: SearchOrder::Recent,
+        ..fts("rivers OR pasta")
+    };
+    assert_eq!(store.search(&either).unwrap().len(), 3);
+    let broken = SearchQuery {
+        order: SearchOrder::Recent,
+        ..fts("\"unclosed")
+    };
+    assert!(matches!(
+        store.search(&broken),
+        Err(StoreError::BadQuery(_))
+    ));
+}
+
+/// A small labelled relevance set: a corpus larger than the rank window (Zipf-like filler,
+/// two words in 40% of events so they match more than `RANK_WINDOW`), queries with a known
+/// best hit planted old or new, each label checked against bm25 over every match. The
+/// window keeps the best hit on top whenever a query matches at most `RANK_WINDOW` events
+/// (every multi-word query here, and a word in 5% of events) or the best hit is recent;
+/// it loses it when a single word matches more than the window and the best hit is
+/// older than the window — 1 of the 7 here, and a second word or newest first finds it.
+#[test]
+fn the_rank_window_keeps_the_best_hit_on_top_for_typical_queries() {
+    const EVENTS: usize = 6_000;
+    let db = TempDb::new();
+    let store = db.open();
+    let sessions: Vec<_> = (0..20)
+        .map(|_| store.create_session(None, String::new()).unwrap().id)
+        .collect();
+    // (query, the best hit's text, where it is planted: its index among the events)
+    let labelled: [(&str, &str, usize); 7] = [
+        (
+            "sourdough starter",
+            "sourdough starter: feed the sourdough starter",
+            100,
+        ),
+        (
+            "borrow checker lifetime",
+            "the borrow checker and a lifetime: borrow checker lifetime rules",
+            3_000,
+        ),
+        (
+            "rust lifetime",
+            "rust lifetime, rust lifetime, explained",
+            50,
+        ),
+        ("rust", "rust rust rust", 5_800),
+        ("bread", "bread bread bread", 10),
+        (
+            "kettle descaling",
+            "kettle descaling with vinegar: kettle descaling",
+            2_500,
+        ),
+        ("kettle", "kettle kettle kettle", 20),
+    ];
+    let mut rng: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut planted = std::collections::HashMap::new();
+    store
+        .write(|w| {
+            for n in 0..EVENTS {
+                let id = sessions[n % sessions.len()];
+                let text = match labelled.iter().find(|l| l.2 == n) {
+                    Some(l) => l.1.to_owned(),
+                    None => {
+                        // Zipf-like filler: a word's rank is a product of two uniform
+                        // draws, so low ranks are common and high ones rare.
+                        let mut words: Vec<String> = (0..20 + next(20))
+                            .map(|_| format!("w{}", next(40) * next(40)))
+                            .collect();
+                        for (word, per_mille) in [
+                            ("rust", 400),
+                            ("kettle", 400),
+                            ("bread", 50),
+                            ("lifetime", 20),
+                            ("sourdough", 10),
+                            ("starter", 10),
+                            ("borrow", 10),
+                            ("checker", 10),
+                            ("descaling", 10),
+                        ] {
+                            if next(1000) < per_mille {
+                                words.push(word.to_owned());
+                            }
+                        }
+                        words.join(" ")
+                    }
+                };
+                let seq = w.append(id, &user(&text))?.seq;
+                if let Some(l) = labelled.iter().find(|l| l.2 == n) {
+                    planted.insert(l.0, (id, seq));
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let raw = db.raw();
+    let mut kept = Vec::new();
+    for (query, _, _) in labelled {
+        let expr = brain::session::search::plain_to_fts(query).unwrap();
+        // The label is what bm25 over every match puts first.
+        let (sid, seq): (String, u64) = raw
+            .query_row(
+                "SELECT e.session_id, e.seq FROM session_search
+                 JOIN session_events e ON e.id = session_search.rowid
+                 WHERE session_search MATCH ?1 ORDER BY rank LIMIT 1",
+                [&expr],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let best = planted[query];
+        assert_eq!(
+            (sid, seq),
+            (best.0.to_string(), best.1),
+            "label of {query:?}"
+        );
+        let matches: u32 = raw
+            .query_row(
+                "SELECT count(*) FROM session_search WHERE session_search MATCH ?1",
+                [&expr],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let top = store.search(&plain(query)).unwrap();
+        if (top[0].session_id, top[0].seq) == best {
+            kept.push(query);
+        } else {
+            // Lost only past the window, and reachable newest first.
+            assert!(matches > RANK_WINDOW, "{query:?}: {matches} matches");
+            let last = store
+                .search(&ordered(query, SearchOrder::Recent, 100, matches - 100))
+                .unwrap();
+            assert!(
+                last.iter().any(|h| (h.session_id, h.seq) == best),
+                "{query:?}"
+            );
+        }
+    }
+    assert_eq!(
+        kept,
+        [
+            "sourdough starter",
+            "borrow checker lifetime",
+            "rust lifetime",
+            "rust",
+            "bread",
+            "kettle descaling"
+        ],
+        "precision at 1 with the window: {} of {}",
+        kept.len(),
+        labelled.len()
+    );
+}
+
+/// FTS syntax errors are the query's fault in both orders, even with nothing to search
+/// (a statement the planner may start from an empty table must still parse the query).
+#[test]
+fn bad_fts_is_bad_query_on_an_empty_store_in_both_orders() {
+    let db = TempDb::new();
+    let store = db.open();
+    for order in [SearchOrder::Relevance, SearchOrder::Recent] {
+        for text in ["NEAR(", "AND", "\"unclosed"] {
+            let q = SearchQuery { order, ..fts(text) };
+            let got = store.search(&q);
+            assert!(
+                matches!(got, Err(StoreError::BadQuery(_))),
+                "{order:?} {text:?}: {got:?}"
+            );
         }
     }
 }

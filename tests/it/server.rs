@@ -285,6 +285,15 @@ fn the_api_surface() {
         hit["highlights"][0][1].as_u64().unwrap() as usize,
     );
     assert_eq!(snippet[from..to].iter().collect::<String>(), "otters");
+    let (status, recent) = call(&b, "GET", "/v1/search?q=otters&order=recent", None);
+    assert_eq!(status, 200);
+    let recent = recent["hits"].as_array().unwrap();
+    assert_eq!(recent.len(), hits["hits"].as_array().unwrap().len());
+    let times: Vec<&str> = recent
+        .iter()
+        .map(|h| h["created_at"].as_str().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
     let (_, usage) = call(&b, "GET", &format!("/v1/usage?session_id={id}"), None);
     assert_eq!(usage["by_purpose"]["chat"]["calls"], 3);
     let (_, all_usage) = call(&b, "GET", "/v1/usage", None);
@@ -622,6 +631,11 @@ fn forty_hostile_requests_get_the_specs_codes_and_the_server_stays_healthy() {
         ),
         (
             req("GET /v1/search?q=a&limit=101 HTTP/1.1", ""),
+            400,
+            "bad_request",
+        ),
+        (
+            req("GET /v1/search?q=a&order=oldest HTTP/1.1", ""),
             400,
             "bad_request",
         ),

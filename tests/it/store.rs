@@ -484,7 +484,7 @@ fn search_index_covers_messages_answers_partials_summaries_and_titles_only() {
 /// text, and the reader should land there); an interrupted attempt's checkpoint is.
 #[test]
 fn search_leaves_out_checkpoints_of_completed_answers() {
-    use brain::session::store::{SearchQuery, Syntax};
+    use brain::session::store::{SearchOrder, SearchQuery, Syntax};
     let db = TempDb::new();
     let store = db.open();
     let id = store.create_session(None, String::new()).unwrap().id;
@@ -500,20 +500,24 @@ fn search_leaves_out_checkpoints_of_completed_answers() {
     store
         .append(id, &answer(5, 2, "a different answer"))
         .unwrap();
-    let hits = store
-        .search(&SearchQuery {
-            text: "quokka".into(),
-            syntax: Syntax::Plain,
-            limit: 20,
-            offset: 0,
-        })
-        .unwrap();
-    let mut found: Vec<(u64, &str)> = hits.iter().map(|h| (h.seq, h.kind.as_str())).collect();
-    found.sort();
-    assert_eq!(
-        found,
-        [(answer_seq, "assistant_turn"), (cut_seq, "pending_state")]
-    );
+    for order in [SearchOrder::Relevance, SearchOrder::Recent] {
+        let hits = store
+            .search(&SearchQuery {
+                text: "quokka".into(),
+                syntax: Syntax::Plain,
+                limit: 20,
+                offset: 0,
+                order,
+            })
+            .unwrap();
+        let mut found: Vec<(u64, &str)> = hits.iter().map(|h| (h.seq, h.kind.as_str())).collect();
+        found.sort();
+        assert_eq!(
+            found,
+            [(answer_seq, "assistant_turn"), (cut_seq, "pending_state")],
+            "{order:?}"
+        );
+    }
 }
 
 #[test]

@@ -234,6 +234,7 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
             syntax: Syntax::Plain,
             limit: 50,
             offset: 0,
+            order: Default::default(),
         };
         assert_eq!(
             store.search(&query).unwrap(),

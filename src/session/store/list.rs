@@ -13,6 +13,17 @@ use crate::session::search::{markers, parse_marked, plain_to_fts};
 /// Tokens of context in a search snippet (FTS5 allows up to 64).
 pub const SNIPPET_TOKENS: i64 = 16;
 
+/// How many matches a best-first search ranks: the newest this many. bm25 scores every
+/// match it is given, so ranking all of them made a word in 10% of a million events cost
+/// ~0.16–0.3 s (and seconds at ten million); ranking a bounded window makes the cost
+/// independent of how common the word is (12 ms at 1M, BENCHMARKS.md). 2,000 is 20 of the
+/// API's largest pages (100), deeper than people page through a ranked list, and holds
+/// every match of most queries: one with at most 2,000 matches is ranked exactly as
+/// before. What it costs: a single very common word whose best hit is older than its
+/// newest 2,000 matches loses that hit (1 of 7 queries on the labelled set in
+/// `tests/it/search.rs`); a second word or [`SearchOrder::Recent`] reaches it.
+pub const RANK_WINDOW: u32 = 2_000;
+
 /// What to list.
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
@@ -44,6 +55,17 @@ pub enum Syntax {
     Fts,
 }
 
+/// The order of search hits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchOrder {
+    /// Best first (bm25), among the newest [`RANK_WINDOW`] matches.
+    #[default]
+    Relevance,
+    /// Newest first, over every match: read in index order and stopped at the page, so a
+    /// page costs the same however common the words are.
+    Recent,
+}
+
 /// A message search.
 #[derive(Clone, Debug, Default)]
 pub struct SearchQuery {
@@ -51,6 +73,7 @@ pub struct SearchQuery {
     pub syntax: Syntax,
     pub limit: u32,
     pub offset: u32,
+    pub order: SearchOrder,
 }
 
 /// One search result.
@@ -161,6 +184,9 @@ impl Store {
             Syntax::Fts => q.text.clone(),
         };
         let conn = self.reader()?;
+        if q.syntax == Syntax::Fts {
+            check_fts(&conn, &expr).map_err(as_bad_query)?;
+        }
         run_search(&conn, &expr, q).map_err(|e| match q.syntax {
             Syntax::Fts => as_bad_query(e),
             Syntax::Plain => e,
@@ -174,26 +200,7 @@ impl Store {
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let (open, close) = markers(&nonce);
-    // LIMIT and OFFSET are written into the statement (they are integers, never text a
-    // client wrote): bound as parameters, SQLite planned the search slower, and a rare-word
-    // search took 1.5x the raw statement (BENCHMARKS.md).
-    let sql = format!(
-        "SELECT e.session_id, s.title, e.seq, e.kind, e.created_at,
-                snippet(session_search, 0, ?2, ?3, '…', ?4)
-         FROM session_search
-         JOIN session_events e ON e.id = session_search.rowid
-         JOIN sessions s ON s.id = e.session_id
-         WHERE session_search MATCH ?1
-           AND NOT (e.kind = 'pending_state' AND EXISTS (
-               SELECT 1 FROM session_events a
-               WHERE a.session_id = e.session_id AND a.seq > e.seq
-                 AND a.kind = 'assistant_turn'
-                 AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
-                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
-         ORDER BY session_search.rank, e.session_id, e.seq
-         LIMIT {} OFFSET {}",
-        q.limit, q.offset
-    );
+    let sql = search_statement(q);
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![expr, open, close, SNIPPET_TOKENS], |r| {
         Ok((
@@ -227,6 +234,59 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
     Ok(hits)
 }
 
+/// The search statement for one query's order and page. LIMIT, OFFSET and the window are
+/// written into the statement (they are integers, never text a client wrote): bound as
+/// parameters, SQLite planned the search slower, and a rare-word search took 1.5x the raw
+/// statement (BENCHMARKS.md).
+///
+/// Both orders start from FTS5's matches read by rowid (the event's id, so append order),
+/// which FTS5 reads from its index newest first without sorting. `Recent` stops at the
+/// page. `Relevance` scores the newest [`RANK_WINDOW`] matches with bm25 in that same pass
+/// (`bm25()` is what `rank` is: the table sets no other), sorts those, and only the page's
+/// rows go back to FTS5 (by rowid) for their snippets: one pass over the index, never
+/// more than the window scored.
+fn search_statement(q: &SearchQuery) -> String {
+    let leave_out_checkpoints = "NOT (e.kind = 'pending_state' AND EXISTS (
+               SELECT 1 FROM session_events a
+               WHERE a.session_id = e.session_id AND a.seq > e.seq
+                 AND a.kind = 'assistant_turn'
+                 AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
+                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))";
+    let columns = "e.session_id, s.title, e.seq, e.kind, e.created_at,
+                snippet(session_search, 0, ?2, ?3, '…', ?4)";
+    let (limit, offset) = (q.limit, q.offset);
+    match q.order {
+        SearchOrder::Recent => format!(
+            "SELECT {columns}
+             FROM session_search
+             JOIN session_events e ON e.id = session_search.rowid
+             JOIN sessions s ON s.id = e.session_id
+             WHERE session_search MATCH ?1 AND {leave_out_checkpoints}
+             ORDER BY session_search.rowid DESC
+             LIMIT {limit} OFFSET {offset}"
+        ),
+        SearchOrder::Relevance => format!(
+            "WITH window AS (
+                 SELECT rowid AS id, bm25(session_search) AS score
+                 FROM session_search WHERE session_search MATCH ?1
+                 ORDER BY rowid DESC LIMIT {RANK_WINDOW}),
+             page AS (
+                 SELECT e.id, window.score, e.session_id, e.seq
+                 FROM window JOIN session_events e ON e.id = window.id
+                 WHERE {leave_out_checkpoints}
+                 ORDER BY window.score, e.session_id, e.seq
+                 LIMIT {limit} OFFSET {offset})
+             SELECT {columns}
+             FROM page
+             JOIN session_search ON session_search.rowid = page.id
+             JOIN session_events e ON e.id = page.id
+             JOIN sessions s ON s.id = e.session_id
+             WHERE session_search MATCH ?1
+             ORDER BY page.score, page.session_id, page.seq"
+        ),
+    }
+}
+
 /// Marks the hits a later rewind hides, reading each session's rewinds once (through
 /// their index; most sessions have none).
 fn mark_abandoned(conn: &Connection, hits: &mut [SearchHit]) -> Result<()> {
@@ -241,6 +301,18 @@ fn mark_abandoned(conn: &Connection, hits: &mut [SearchHit]) -> Result<()> {
         };
         h.abandoned = is_abandoned(list, h.seq);
     }
+    Ok(())
+}
+
+/// Has FTS5 parse an FTS-syntax query, looking up one rowid that never exists. The search
+/// statements join FTS5 to ordinary tables, and SQLite skips a join outright when one of
+/// its tables is empty: with no events yet, FTS5 never saw the query and a syntax error
+/// answered no hits instead of `bad_query`.
+fn check_fts(conn: &Connection, expr: &str) -> Result<()> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM session_search WHERE session_search MATCH ?1 AND rowid = 0",
+    )?
+    .query_row([expr], |_| Ok(()))?;
     Ok(())
 }
 
@@ -298,4 +370,39 @@ mod tests {
             }
         }
     }
+}
+
+/// Newest first is read in FTS5's rowid order and stops at the page: no sort. Best
+/// first bounds what it ranks by a rowid found from the index.
+#[test]
+fn search_statements_read_matches_in_rowid_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
+    let conn = store.reader().unwrap();
+    let plan = |order| {
+        let sql = search_statement(&SearchQuery {
+            text: "x".into(),
+            limit: 20,
+            offset: 40,
+            order,
+            ..Default::default()
+        });
+        let rows: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params!["\"x\"", "[", "]", SNIPPET_TOKENS], |r| r.get(3))
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        rows.join("; ")
+    };
+    let recent = plan(SearchOrder::Recent);
+    assert!(recent.contains("VIRTUAL TABLE"), "{recent}");
+    assert!(!recent.contains("TEMP B-TREE"), "{recent}");
+    let best = plan(SearchOrder::Relevance);
+    // The page's rows go back to FTS5 one rowid each, for their snippets.
+    assert!(
+        best.contains("SCAN page") && best.contains(":=M1"),
+        "{best}"
+    );
 }

@@ -24,7 +24,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
-pub use list::{ListQuery, SearchHit, SearchQuery, SessionPage, Syntax};
+pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax};
 pub use write::Writer;
 
 use super::events::SessionId;
