@@ -577,3 +577,57 @@ fn failing_and_panicking_writers_in_a_group_leave_the_others_committed() {
         kept.len() as u64 + 2
     );
 }
+
+/// The best-first window counts only matches that can be hits: 2,100 checkpoints of an
+/// answer that completed do not crowd out the message that asked (found by an outside
+/// review: the search answered nothing).
+#[test]
+fn checkpoints_of_a_completed_answer_do_not_fill_the_rank_window() {
+    use brain::session::store::{SearchOrder, SearchQuery, Syntax};
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    store.append(id, &user("kiwi question")).unwrap();
+    store
+        .write(|w| {
+            for _ in 0..2_100 {
+                w.append(id, &pending(2, 1, "kiwi "))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    store
+        .append(id, &answer(2, 1, "final answer banana"))
+        .unwrap();
+    let hits = store
+        .search(&SearchQuery {
+            text: "kiwi".into(),
+            syntax: Syntax::Plain,
+            limit: 20,
+            offset: 0,
+            order: SearchOrder::Relevance,
+        })
+        .unwrap();
+    assert_eq!(
+        hits.iter()
+            .map(|h| (h.seq, h.kind.as_str()))
+            .collect::<Vec<_>>(),
+        [(2, "user_message")]
+    );
+}
+
+/// A page reads an imported checkpoint whose turn is past SQLite's integers (found by an
+/// outside review: the whole session answered 500).
+#[test]
+fn a_page_reads_a_turn_past_sqlites_integers() {
+    let db = TempDb::new();
+    let store = db.open();
+    let id = store.create_session(None, String::new()).unwrap().id;
+    store.append(id, &user("q")).unwrap();
+    store.append(id, &pending(u64::MAX, 1, "x")).unwrap();
+    store.append(id, &user("again")).unwrap();
+    let page = store.transcript_page(id, 5, 500, None).unwrap();
+    let whole =
+        brain::session::projection::ui_transcript(&store.events(id, 0, None).unwrap(), None);
+    assert_eq!(page.items, whole);
+}

@@ -266,15 +266,19 @@ fn search_statement(q: &SearchQuery) -> String {
              LIMIT {limit} OFFSET {offset}"
         ),
         SearchOrder::Relevance => format!(
+            // The window counts only matches that can be hits: checkpoints of answers
+            // that completed are left out before the newest N are taken (else a long
+            // streamed answer's checkpoints could fill it and hide every real match).
             "WITH window AS (
-                 SELECT rowid AS id, bm25(session_search) AS score
-                 FROM session_search WHERE session_search MATCH ?1
-                 ORDER BY rowid DESC LIMIT {RANK_WINDOW}),
+                 SELECT session_search.rowid AS id, bm25(session_search) AS score,
+                        e.session_id, e.seq
+                 FROM session_search JOIN session_events e ON e.id = session_search.rowid
+                 WHERE session_search MATCH ?1 AND {leave_out_checkpoints}
+                 ORDER BY session_search.rowid DESC LIMIT {RANK_WINDOW}),
              page AS (
-                 SELECT e.id, window.score, e.session_id, e.seq
-                 FROM window JOIN session_events e ON e.id = window.id
-                 WHERE {leave_out_checkpoints}
-                 ORDER BY window.score, e.session_id, e.seq
+                 SELECT window.id, window.score, window.session_id, window.seq
+                 FROM window
+                 ORDER BY window.score, window.session_id, window.seq
                  LIMIT {limit} OFFSET {offset})
              SELECT {columns}
              FROM page

@@ -205,6 +205,25 @@ impl PageSource for SqlPage<'_> {
     }
 
     fn turn_attempts(&mut self, turn: u64) -> Result<Vec<Event>> {
+        // SQLite's integers stop at i64::MAX; a log imported from elsewhere may name a turn
+        // past it. Such a turn is found the slow way (no turn of brain's own is ever there).
+        if i64::try_from(turn).is_err() {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT seq, kind, payload, created_at FROM session_events
+                 WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')",
+            )?;
+            let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
+            let all: Vec<Event> = rows.collect::<rusqlite::Result<_>>()?;
+            return Ok(all
+                .into_iter()
+                .filter(|e| {
+                    serde_json::from_str::<serde_json::Value>(&e.payload)
+                        .ok()
+                        .and_then(|v| v.get("turn").and_then(serde_json::Value::as_u64))
+                        == Some(turn)
+                })
+                .collect());
+        }
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_attempts
              WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')
