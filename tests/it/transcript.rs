@@ -72,17 +72,21 @@ fn kinds(transcript: &Value) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
-    let mock = MockLlm::start(&[]);
-    let db = TempDb::new();
-    let server = Server::start(&db, &mock.url);
+/// A slow answer (100 words over ~10 s) streaming in a new session, once its first
+/// checkpoint is written (after 2 s): the session, the words, the checkpoint's seq, and
+/// the client's thread, which returns the stream's body.
+struct Streaming {
+    id: String,
+    words: String,
+    first_checkpoint: Value,
+    client: std::thread::JoinHandle<Result<String, ureq::Error>>,
+}
+
+fn slow_answer_with_a_checkpoint(server: &Server, mock: &MockLlm) -> Streaming {
     let id = server.post("/v1/sessions", json!({}))["id"]
         .as_str()
         .expect("session id")
         .to_owned();
-    // 100 words over ~10 s: the first checkpoint comes after 2 s, leaving ample time to
-    // read the transcript while the answer still streams.
     let words: String = (0..100).map(|i| format!("word{i} ")).collect();
     mock.script(json!({"kind": "stream", "text": words, "delay_ms": 100}));
     let url = format!("{}/v1/sessions/{id}/messages", server.url);
@@ -93,7 +97,6 @@ fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
             .send(json!({"message": "write a lot"}).to_string())
             .and_then(|r| r.into_body().read_to_string())
     });
-
     let until = Instant::now() + Duration::from_secs(30);
     let first_checkpoint = loop {
         let events = server.get(&format!("/v1/sessions/{id}/events"));
@@ -107,6 +110,25 @@ fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
         assert!(Instant::now() < until, "no checkpoint was written");
         std::thread::sleep(Duration::from_millis(50));
     };
+    Streaming {
+        id,
+        words,
+        first_checkpoint,
+        client,
+    }
+}
+
+#[test]
+fn a_running_answer_is_streaming_not_interrupted_and_then_the_answer() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let server = Server::start(&db, &mock.url);
+    let Streaming {
+        id,
+        words,
+        first_checkpoint,
+        client,
+    } = slow_answer_with_a_checkpoint(&server, &mock);
 
     let during = server.get(&format!("/v1/sessions/{id}"));
     assert_eq!(
@@ -150,30 +172,8 @@ fn interrupted_answers_say_whether_they_were_stopped_or_cut() {
     let mock = MockLlm::start(&[]);
     let db = TempDb::new();
     let server = Server::start(&db, &mock.url);
-    let id = server.post("/v1/sessions", json!({}))["id"]
-        .as_str()
-        .expect("session id")
-        .to_owned();
-
     // Stopped once a checkpoint holds some text.
-    let words: String = (0..100).map(|i| format!("word{i} ")).collect();
-    mock.script(json!({"kind": "stream", "text": words, "delay_ms": 100}));
-    let url = format!("{}/v1/sessions/{id}/messages", server.url);
-    let client = std::thread::spawn(move || {
-        Server::agent()
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .send(json!({"message": "write a lot"}).to_string())
-            .and_then(|r| r.into_body().read_to_string())
-    });
-    let until = Instant::now() + Duration::from_secs(30);
-    while !server.get(&format!("/v1/sessions/{id}/events"))["events"]
-        .as_array()
-        .is_some_and(|es| es.iter().any(|e| e["kind"] == "pending_state"))
-    {
-        assert!(Instant::now() < until, "no checkpoint was written");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let Streaming { id, client, .. } = slow_answer_with_a_checkpoint(&server, &mock);
     server.post(&format!("/v1/sessions/{id}/stop"), json!({}));
     let body = client.join().expect("client").expect("stream");
     assert!(body.contains(r#""status":"interrupted""#), "{body}");
