@@ -189,6 +189,26 @@ impl Drop for Killed {
     }
 }
 
+/// server-everything in its `streamableHttp` mode on `port`, once it says it listens.
+pub(crate) fn everything_http(entry: &Path, port: u16) -> Killed {
+    let mut child = Command::new("node")
+        .arg(entry)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let child = Killed(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let listening = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("listening")));
+    assert!(listening.is_some(), "the HTTP server did not start");
+    std::thread::spawn(move || lines.for_each(drop));
+    child
+}
+
 #[test]
 fn the_everything_server_over_streamable_http_keeps_its_session() {
     let Some(entry) = npm_server(
@@ -198,21 +218,7 @@ fn the_everything_server_over_streamable_http_keeps_its_session() {
         return;
     };
     let port = free_port();
-    let mut child = Command::new("node")
-        .args([entry.to_str().unwrap(), "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _child = Killed(child);
-    // It says so on stderr once it listens.
-    let mut lines = BufReader::new(stderr).lines();
-    let listening = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("listening")));
-    assert!(listening.is_some(), "the HTTP server did not start");
-    std::thread::spawn(move || lines.for_each(drop));
+    let _child = everything_http(&entry, port);
 
     let link = HttpLink::new(&format!("http://127.0.0.1:{port}/mcp"), Vec::new());
     let server = Server::initialize(Box::new(link), soon()).unwrap();

@@ -3,7 +3,6 @@
 //! and the built-in `search_history` finding another chat. mock_llm asks for the calls and
 //! quotes the results it is sent, so each test sees what the model saw.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::mcp::{Killed, free_port, npm_server, root};
+use crate::mcp::{everything_http, free_port, npm_server, root};
 use crate::support::*;
 use crate::tools_loop::{call_url, session, stream, until};
 
@@ -46,26 +45,6 @@ fn serve(mock: &MockLlm, dir: &Path, servers: Option<Value>, extra: &[&str]) -> 
         url,
         _db: db,
     }
-}
-
-/// server-everything in its `streamableHttp` mode on `port`, once it says it listens.
-pub(crate) fn everything_http(entry: &Path, port: u16) -> Killed {
-    let mut child = Command::new("node")
-        .arg(entry)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let child = Killed(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let listening = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("listening")));
-    assert!(listening.is_some(), "the HTTP server did not start");
-    std::thread::spawn(move || lines.for_each(drop));
-    child
 }
 
 /// PyPI's mcp-server-time from the venv `.ci/mcp-deps` makes, or a visible skip.
