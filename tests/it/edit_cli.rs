@@ -128,23 +128,7 @@ fn sessions_fork_in_process_and_through_the_server() {
 }
 
 fn chat(db: &TempDb, args: &[&str], stdin: &str) -> String {
-    use std::io::Write as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_brain_on(db, args, stdin.as_bytes());
     assert!(out.status.success(), "{out:?}");
     stdout(&out)
 }

@@ -3,9 +3,8 @@
 //! see afterwards, idempotency (byte-identical export after a second import), a grown copy
 //! (only the new messages), a diverged copy (a fork), and broken files (nothing imported).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use brain::session::SessionId;
 use brain::session::projection::{ItemBody, Role, llm_context, ui_transcript};
@@ -20,17 +19,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 pub fn brain(db: &TempDb, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    run_brain_on(db, args, stdin)
 }
 
 pub fn import(db: &TempDb, file: &Path, extra: &[&str]) -> Output {

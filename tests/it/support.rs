@@ -312,3 +312,28 @@ pub fn spawn_serve(cmd: &mut std::process::Command) -> (std::process::Child, Str
         .to_owned();
     (child, url)
 }
+
+/// Runs the brain binary with `args`, `stdin` written to it and closed, and waits for it.
+pub fn run_brain<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start brain");
+    if let Some(mut input) = child.stdin.take() {
+        // A command that does not read its input may have closed it already.
+        let _ = input.write_all(stdin);
+    }
+    child.wait_with_output().expect("brain's output")
+}
+
+/// [`run_brain`] on the database `db`.
+pub fn run_brain_on(db: &TempDb, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut all: Vec<std::ffi::OsString> = vec!["--db".into(), db.path().into()];
+    all.extend(args.iter().map(std::ffi::OsString::from));
+    run_brain(&all, stdin)
+}

@@ -16,22 +16,7 @@ use brain::session::{Store, StoreOptions};
 use crate::support::*;
 
 fn brain(db: &TempDb, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .arg("--db")
-        .arg(db.path())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    run_brain_on(db, args, stdin.as_bytes())
 }
 
 fn ok(out: &Output) -> String {

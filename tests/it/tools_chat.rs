@@ -3,9 +3,7 @@
 //! for the session, `n`, anything else or the end of input denies — against a server and
 //! in-process, with the real server-filesystem doing the writing.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
 use serde_json::json;
 
@@ -14,20 +12,7 @@ use crate::support::*;
 use crate::tools_loop::{start, write_call};
 
 fn chat(args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_brain"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out: Output = child.wait_with_output().unwrap();
+    let out = run_brain(args, stdin.as_bytes());
     assert!(
         out.status.success(),
         "{}",
