@@ -372,13 +372,17 @@ fn run_one(
     })
 }
 
-/// An error's text for the log: its first line, at most 500 characters.
+/// The most of a tool's error kept in `tool_execution.error` (the whole text still goes
+/// to the model, within `--max-tool-result-bytes`).
+const MAX_ERROR_CHARS: usize = 500;
+
+/// An error's text for the log: its first line, at most [`MAX_ERROR_CHARS`].
 fn short(text: &str) -> String {
     text.lines()
         .next()
         .unwrap_or_default()
         .chars()
-        .take(500)
+        .take(MAX_ERROR_CHARS)
         .collect()
 }
 
