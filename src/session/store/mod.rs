@@ -13,6 +13,7 @@
 mod lane;
 pub mod ledger;
 pub mod list;
+pub mod pg;
 mod read;
 pub mod schema;
 mod tree;
