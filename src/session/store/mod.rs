@@ -71,6 +71,8 @@ pub enum StoreError {
     },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[from] postgres::Error),
     #[error("no database connection available: {0}")]
     Pool(#[from] r2d2::Error),
     #[error("migration failed: {0}")]
