@@ -12,8 +12,9 @@ use crate::session::cursor::ArchivedFilter;
 #[derive(Debug, Parser)]
 #[command(name = "brain", version, about, long_about = None)]
 pub struct Cli {
-    /// The database file [default: the platform data directory's brain/brain.db]
-    #[arg(long, env = "BRAIN_DB", global = true, value_name = "PATH")]
+    /// The database: a SQLite file, or a PostgreSQL server as a postgres:// URL (SPEC §16)
+    /// [default: the platform data directory's brain/brain.db]
+    #[arg(long, env = "BRAIN_DB", global = true, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
 
     /// How hard a commit waits for the disk: `full` survives power loss, `normal` only a

@@ -40,7 +40,9 @@ pub fn lock_path(db: &Path) -> PathBuf {
 /// The database's lock, held until dropped.
 #[derive(Debug)]
 pub struct DbLock {
-    file: File,
+    /// `None` for a PostgreSQL database: several servers may share one (SPEC §16), and
+    /// there is no file to put a lock beside.
+    file: Option<File>,
     /// The database file, locked too (Unix), for as long as the note is.
     _database: Option<File>,
     path: PathBuf,
@@ -97,6 +99,14 @@ impl DbLock {
     /// Takes the lock of the database at `db` for `command` (`serve`, `chat`…), or says
     /// who holds it. Never waits.
     pub fn acquire(db: &Path, command: &str) -> Result<DbLock, LockError> {
+        if crate::session::store::is_postgres_url(&db.to_string_lossy()) {
+            return Ok(DbLock {
+                file: None,
+                _database: None,
+                path: PathBuf::new(),
+                who: format!("brain {command}, pid {}", std::process::id()),
+            });
+        }
         let path = lock_path(db);
         let io = |source| LockError::Io {
             lock: path.clone(),
@@ -132,7 +142,7 @@ impl DbLock {
                 }
             };
             let mut lock = DbLock {
-                file,
+                file: Some(file),
                 _database: database,
                 path: path.clone(),
                 who: format!("brain {command}, pid {}", std::process::id()),
@@ -155,13 +165,16 @@ impl DbLock {
     }
 
     fn write_note(&mut self, url: Option<&str>) -> std::io::Result<()> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
         let note = format!("{}\n{}\n", url.unwrap_or(""), self.who);
         // One write from the start, then the length: a reader sees the old note or the new
         // one (and at worst, briefly, a stale tail after line 2, which it ignores).
-        self.file.seek(SeekFrom::Start(0))?;
-        self.file.write_all(note.as_bytes())?;
-        self.file.set_len(note.len() as u64)?;
-        self.file.flush()
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(note.as_bytes())?;
+        file.set_len(note.len() as u64)?;
+        file.flush()
     }
 
     /// The lock file.
@@ -172,16 +185,19 @@ impl DbLock {
 
 impl Drop for DbLock {
     fn drop(&mut self) {
+        let Some(file) = &self.file else {
+            return;
+        };
         // Removed while still locked: whoever opened it meanwhile sees, once it gets the
         // lock, that the path no longer leads to this file, and opens a new one.
         // Only if the path still names our file: one deleted by hand and made again by
         // another process is not ours to remove.
         #[cfg(unix)]
-        if still_at(&self.file, &self.path) {
+        if still_at(file, &self.path) {
             let _ = std::fs::remove_file(&self.path);
         }
         #[cfg(not(unix))]
-        let _ = self.file.set_len(0);
+        let _ = file.set_len(0);
     }
 }
 

@@ -25,7 +25,7 @@ pub use args::*;
 
 use crate::config;
 use crate::session::events::BadSessionId;
-use crate::session::store::{OlderSchema, schema};
+use crate::session::store::{OlderSchema, is_postgres_url, schema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// Why a command failed.
@@ -162,9 +162,13 @@ fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     }
 }
 
-/// The database path from `--db`/`BRAIN_DB` or the default, its directory created.
+/// The database path from `--db`/`BRAIN_DB` or the default, its directory created (a
+/// PostgreSQL URL is returned as it is).
 pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let path = db_path(db)?;
+    if is_postgres_url(&path.to_string_lossy()) {
+        return Ok(path);
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
             path: dir.to_owned(),
@@ -208,9 +212,17 @@ fn backup(
     path: &std::path::Path,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
+    let db = db_path(db)?;
+    if is_postgres_url(&db.to_string_lossy()) {
+        return Err(StoreError::Refused(
+            "brain backup copies a SQLite file; back up PostgreSQL with pg_dump \
+             (for example `pg_dump --format=custom --file=brain.dump URL`)",
+        )
+        .into());
+    }
     // A copy needs no particular schema: an older one is copied as it is (a backup before
     // `brain migrate` is the careful order); a newer one is refused like everywhere.
-    let store = open_read_only(&db_path(db)?, sync, OlderSchema::Accept)?;
+    let store = open_read_only(&db, sync, OlderSchema::Accept)?;
     store.backup_to(path)?;
     // The copy must open and be whole before we say it is a backup.
     let copy = rusqlite::Connection::open(path).map_err(StoreError::from)?;

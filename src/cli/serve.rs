@@ -100,7 +100,7 @@ pub fn run(
         out,
         "brain serving {} (database {}, provider {})",
         running.url(),
-        db.display(),
+        store.path().display(),
         p.provider_url
     )?;
     out.flush()?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, params};
 
-use super::{Result, Store, Writer};
+use super::{Result, SqliteStore, SqliteWriter};
 use crate::session::events::{SessionId, Usage};
 
 /// Why a provider was called.
@@ -79,7 +79,7 @@ pub struct UsageReport {
     pub by_purpose: BTreeMap<String, UsageTotals>,
 }
 
-impl Writer<'_> {
+impl SqliteWriter<'_> {
     /// Records a provider call; returns its ledger id.
     pub fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         let now = self.clock().now_string();
@@ -112,7 +112,7 @@ impl Writer<'_> {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Records a provider call; returns its ledger id.
     pub fn record_call(&self, e: &LedgerEntry) -> Result<i64> {
         self.write(|w| w.record_call(e))

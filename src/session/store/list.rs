@@ -4,7 +4,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, params, params_from_iter};
 
 use super::read::session_row;
-use super::{Result, SessionRow, Store, StoreError};
+use super::{Result, SessionRow, SqliteStore, StoreError};
 use crate::session::cursor::{ArchivedFilter, Cursor};
 use crate::session::events::{Event, SessionId};
 use crate::session::projection::is_abandoned;
@@ -132,7 +132,7 @@ fn list_statement(
     (sql, args)
 }
 
-impl Store {
+impl SqliteStore {
     /// A page of sessions, newest first by `(updated_at, id)`.
     pub fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
         let fts = q.query.as_deref().and_then(plain_to_fts);
@@ -344,7 +344,7 @@ mod tests {
     #[test]
     fn every_list_statement_reads_an_index_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db"), Default::default()).unwrap();
         let conn = store.reader().unwrap();
         let cursor = Cursor {
             updated_at: "2026-11-30T00:00:00.000000Z".into(),
@@ -381,7 +381,7 @@ mod tests {
 #[test]
 fn search_statements_read_matches_in_rowid_order() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
+    let store = SqliteStore::open(&dir.path().join("t.db"), Default::default()).unwrap();
     let conn = store.reader().unwrap();
     let plan = |order| {
         let sql = search_statement(&SearchQuery {

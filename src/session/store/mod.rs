@@ -1,6 +1,7 @@
-//! The SQLite event log (SPEC §3).
+//! The event log (SPEC §3): [`Store`] on either database ([`seam`]), the SQLite store
+//! here and the PostgreSQL store in [`pg`].
 //!
-//! One [`Store`] owns one database file: a single writer connection that concurrent
+//! One [`SqliteStore`] owns one database file: a single writer connection that concurrent
 //! writers queue for in arrival order and that commits them in groups ([`lane`]; SQLite's
 //! own busy handler starves competing writer connections, see FACTS.md), and a pool of
 //! reader connections that never block on it (WAL). Every write goes through
@@ -16,6 +17,7 @@ pub mod list;
 pub mod pg;
 mod read;
 pub mod schema;
+mod seam;
 mod tree;
 mod write;
 
@@ -26,7 +28,9 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax};
-pub use write::Writer;
+pub use pg::PgStore;
+pub use seam::{Backend, DbTarget, Store, WriteTxn, Writer, is_postgres_url};
+pub use write::SqliteWriter;
 
 use super::events::SessionId;
 use crate::clock::Clock;
@@ -73,6 +77,12 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("PostgreSQL error: {0}")]
     Postgres(#[from] postgres::Error),
+    #[error("cannot connect to PostgreSQL at {url}: {source}")]
+    Connect {
+        /// Without its password.
+        url: String,
+        source: postgres::Error,
+    },
     #[error("no database connection available: {0}")]
     Pool(#[from] r2d2::Error),
     #[error("migration failed: {0}")]
@@ -147,7 +157,7 @@ pub enum OlderSchema {
 }
 
 /// The event log in one SQLite file.
-pub struct Store {
+pub struct SqliteStore {
     /// `None` when opened read-only.
     writer: Option<lane::WriterLane>,
     readers: r2d2::Pool<SqliteConnectionManager>,
@@ -155,10 +165,10 @@ pub struct Store {
     path: PathBuf,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     /// Refuses a database whose schema is newer than this binary.
-    pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
+    pub fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore> {
         let open_err = |source| StoreError::Open {
             path: path.to_owned(),
             source,
@@ -169,7 +179,7 @@ impl Store {
         let sync = options.sync;
         let manager = SqliteConnectionManager::file(path)
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
-        Ok(Store {
+        Ok(SqliteStore {
             writer: Some(lane::WriterLane::new(writer)),
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
@@ -182,7 +192,11 @@ impl Store {
     /// brain's read-only commands never change a database an older server runs on. Refuses
     /// a missing file, a schema newer than this binary and, unless `older` accepts it, an
     /// older one (with the advice to run `brain migrate`). [`Store::write`] is refused.
-    pub fn open_read_only(path: &Path, options: StoreOptions, older: OlderSchema) -> Result<Store> {
+    pub fn open_read_only(
+        path: &Path,
+        options: StoreOptions,
+        older: OlderSchema,
+    ) -> Result<SqliteStore> {
         if !path.is_file() {
             return Err(StoreError::NoDatabase(path.to_owned()));
         }
@@ -200,7 +214,7 @@ impl Store {
         let manager = SqliteConnectionManager::file(path)
             .with_flags(read_only_flags())
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
-        Ok(Store {
+        Ok(SqliteStore {
             writer: None,
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
@@ -222,9 +236,9 @@ impl Store {
     /// committed before this returns `Ok` (see [`lane`]: concurrent writers share one
     /// commit). If `f` fails, everything it wrote is rolled back and its error returned.
     /// Writers are served in arrival order. `f` must not call `write` itself.
-    pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
+    pub fn write<T>(&self, f: impl FnOnce(&mut SqliteWriter<'_>) -> Result<T>) -> Result<T> {
         let writer = self.writer.as_ref().ok_or(StoreError::ReadOnly)?;
-        writer.write(|conn| f(&mut Writer::new(conn, &self.clock)))
+        writer.write(|conn| f(&mut SqliteWriter::new(conn, &self.clock)))
     }
 
     /// A consistent copy of the whole database at `target` (`VACUUM INTO`), taken while

@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use super::{Result, SessionRow, Store, StoreError};
+use super::{Result, SessionRow, SqliteStore, StoreError};
 use crate::session::events::{Event, SessionId, kind};
 use crate::session::projection::page::{Page, PageSource, transcript_page};
 use crate::session::projection::visible_compaction_boundary;
@@ -35,7 +35,7 @@ fn event_row(r: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-impl Store {
+impl SqliteStore {
     /// A session's cache row.
     pub fn session(&self, id: SessionId) -> Result<SessionRow> {
         let conn = self.reader()?;

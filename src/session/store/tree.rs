@@ -6,7 +6,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::read::{events_after, shaping_events};
-use super::{Result, SessionRow, StoreError, Writer};
+use super::{Result, SessionRow, SqliteWriter, StoreError};
 use crate::session::events::{
     Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId, SessionStarted,
     SessionTitled, TitledBy, UserMessage,
@@ -16,7 +16,7 @@ use crate::session::projection::{check_edit, fork_point};
 /// Appended to a source's title to name its fork.
 pub const FORK_TITLE_SUFFIX: &str = " (fork)";
 
-impl Writer<'_> {
+impl SqliteWriter<'_> {
     /// Edits the user message at `edited_seq`: `rewind {to_seq: edited_seq − 1,
     /// edited_seq}` and the new `user_message`, in this one transaction. Returns the new
     /// message. Refused with [`StoreError::NotEditable`] unless the message is a user

@@ -11,14 +11,14 @@ use crate::session::events::{
 };
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
-pub struct Writer<'a> {
+pub struct SqliteWriter<'a> {
     conn: &'a Connection,
     clock: &'a Clock,
 }
 
-impl<'a> Writer<'a> {
-    pub(super) fn new(conn: &'a Connection, clock: &'a Clock) -> Writer<'a> {
-        Writer { conn, clock }
+impl<'a> SqliteWriter<'a> {
+    pub(super) fn new(conn: &'a Connection, clock: &'a Clock) -> SqliteWriter<'a> {
+        SqliteWriter { conn, clock }
     }
 
     pub(super) fn conn(&self) -> &Connection {

@@ -1,8 +1,344 @@
 //! The PostgreSQL store (SPEC §16): the same operations as the SQLite store, on a
-//! `postgres://` URL. (Filled in by issue 21; for now the test support it needs.)
+//! `postgres://` URL, behind the same seam ([`super::seam`]).
+//!
+//! One pool of connections (r2d2) serves reads and write transactions alike: PostgreSQL
+//! has no single-writer rule (MVCC), so each [`super::Store::write`] is one transaction on
+//! a connection of its own, and a session's `seq` is serialised by locking its row
+//! ([`write`]). Migrations (`migrations/postgres`) run at open under an advisory lock, so
+//! servers starting together do not race. A read-only open migrates nothing and its
+//! connections refuse writes (`default_transaction_read_only`). TLS is used when the URL
+//! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
+//! `sslmode` means none, as `sslmode=disable`.
 
 pub mod ledger;
 pub mod list;
 pub mod read;
 pub mod rows;
 pub mod testdb;
+mod tree;
+pub mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use postgres::config::SslMode;
+use postgres::{Client, Config};
+use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::ledger::UsageReport;
+use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
+use super::seam::{Backend, Writer};
+use super::{OlderSchema, Result, SessionRow, StoreError, StoreOptions};
+use crate::clock::Clock;
+use crate::config;
+use crate::session::events::{Event, SessionId};
+use crate::session::projection::page::Page;
+
+mod embedded {
+    refinery::embed_migrations!("migrations/postgres");
+}
+
+/// The advisory lock key migrations run under (any fixed number; "brain_mg" in ASCII).
+pub const MIGRATION_LOCK_KEY: i64 = 0x6272_6169_6e5f_6d67;
+
+/// Connections the pool holds beyond the configured readers: writes have no lane here,
+/// each takes a connection for its transaction.
+pub const WRITE_CONNECTIONS: u32 = 8;
+
+type Manager = PostgresConnectionManager<MakeRustlsConnect>;
+
+/// The event log in one PostgreSQL database.
+pub struct PgStore {
+    pool: r2d2::Pool<Manager>,
+    clock: Clock,
+    /// The URL without its password, for messages.
+    shown: PathBuf,
+    read_only: bool,
+}
+
+impl PgStore {
+    /// Connects to the database at `url`, brings its schema up to date under the
+    /// migration lock, and refuses a schema newer than this binary.
+    pub fn open(url: &str, options: StoreOptions) -> Result<PgStore> {
+        let config = parse(url, false)?;
+        let tls = tls()?;
+        let mut client = connect(&config, &tls, url)?;
+        migrate(&mut client)?;
+        drop(client);
+        PgStore::with_pool(url, config, tls, options, false)
+    }
+
+    /// Connects for reading only: nothing is migrated, every connection refuses writes.
+    /// Refuses a schema newer than this binary and, unless `older` accepts it, an older
+    /// one (as the SQLite store does).
+    pub fn open_read_only(url: &str, options: StoreOptions, older: OlderSchema) -> Result<PgStore> {
+        let config = parse(url, true)?;
+        let tls = tls()?;
+        let mut client = connect(&config, &tls, url)?;
+        let found = current_version(&mut client)?;
+        let supported = latest_version();
+        if found > supported {
+            return Err(StoreError::SchemaTooNew { found, supported });
+        }
+        if found < supported && older == OlderSchema::Refuse {
+            return Err(StoreError::SchemaTooOld { found, supported });
+        }
+        drop(client);
+        PgStore::with_pool(url, config, tls, options, true)
+    }
+
+    fn with_pool(
+        url: &str,
+        config: Config,
+        tls: MakeRustlsConnect,
+        options: StoreOptions,
+        read_only: bool,
+    ) -> Result<PgStore> {
+        let pool = r2d2::Pool::builder()
+            .max_size(options.readers.max(1) + WRITE_CONNECTIONS)
+            // Connections open as they are needed: the open above already proved the URL.
+            .min_idle(Some(0))
+            .connection_timeout(config::READER_WAIT)
+            .build(PostgresConnectionManager::new(config, tls))?;
+        Ok(PgStore {
+            pool,
+            clock: options.clock,
+            shown: PathBuf::from(without_password(url)),
+            read_only,
+        })
+    }
+
+    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        Ok(self.pool.get()?)
+    }
+}
+
+impl Backend for PgStore {
+    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction()?;
+        f(&mut write::PgWriter::new(&mut tx, &self.clock))?;
+        tx.commit()
+            .map_err(|e| StoreError::CommitFailed(e.to_string()))
+    }
+    fn session(&self, id: SessionId) -> Result<SessionRow> {
+        read::session(&mut *self.conn()?, id)
+    }
+    fn last_seq(&self, id: SessionId) -> Result<u64> {
+        read::last_seq(&mut *self.conn()?, id)
+    }
+    fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
+        read::events(&mut *self.conn()?, id, after_seq, limit)
+    }
+    fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
+        read::events_for_context(&mut *self.conn()?, id)
+    }
+    fn transcript_page(
+        &self,
+        id: SessionId,
+        before_seq: u64,
+        limit: usize,
+        active: Option<(u64, u32)>,
+    ) -> Result<Page> {
+        read::transcript_page(&mut *self.conn()?, id, before_seq, limit, active)
+    }
+    fn session_ids(&self) -> Result<Vec<SessionId>> {
+        read::session_ids(&mut *self.conn()?)
+    }
+    fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
+        list::list_sessions(&mut *self.conn()?, q)
+    }
+    fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
+        list::search(&mut *self.conn()?, q)
+    }
+    fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
+        ledger::usage(&mut *self.conn()?, session)
+    }
+    fn backup_to(&self, _target: &Path) -> Result<()> {
+        Err(StoreError::Refused(
+            "brain backup copies a SQLite file; back up PostgreSQL with pg_dump \
+             (for example `pg_dump --format=custom --file=brain.dump URL`)",
+        ))
+    }
+    fn path(&self) -> &Path {
+        &self.shown
+    }
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// The newest schema version this binary knows for PostgreSQL.
+pub fn latest_version() -> i64 {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The schema version recorded in the database, 0 for a new one.
+pub fn current_version(c: &mut Client) -> Result<i64> {
+    let has_history: bool = c
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&super::schema::HISTORY_TABLE],
+        )?
+        .try_get(0)?;
+    if !has_history {
+        return Ok(0);
+    }
+    let version: Option<i32> = c
+        .query_one(
+            &format!("SELECT MAX(version) FROM {}", super::schema::HISTORY_TABLE),
+            &[],
+        )?
+        .try_get(0)?;
+    Ok(version.map_or(0, i64::from))
+}
+
+/// Brings the schema up to date under the migration lock (a second brain starting at the
+/// same moment waits, then finds nothing left to do); refuses a newer schema.
+pub fn migrate(c: &mut Client) -> Result<()> {
+    c.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])?;
+    let migrated = migrate_locked(c);
+    let unlocked = c.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY]);
+    migrated?;
+    unlocked?;
+    Ok(())
+}
+
+fn migrate_locked(c: &mut Client) -> Result<()> {
+    let found = current_version(c)?;
+    let supported = latest_version();
+    if found > supported {
+        return Err(StoreError::SchemaTooNew { found, supported });
+    }
+    embedded::migrations::runner()
+        .set_abort_divergent(true)
+        .run(c)?;
+    Ok(())
+}
+
+/// The URL as a connection config. No `sslmode` means no TLS (libpq would try it first);
+/// a read-only open's sessions refuse every write.
+fn parse(url: &str, read_only: bool) -> Result<Config> {
+    let mut config: Config = url.parse().map_err(|source| StoreError::Connect {
+        url: without_password(url),
+        source,
+    })?;
+    if !has_param(url, "sslmode") {
+        config.ssl_mode(SslMode::Disable);
+    }
+    if read_only {
+        config.options("-c default_transaction_read_only=on");
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("brain");
+    }
+    Ok(config)
+}
+
+fn connect(config: &Config, tls: &MakeRustlsConnect, url: &str) -> Result<Client> {
+    config
+        .connect(tls.clone())
+        .map_err(|source| StoreError::Connect {
+            url: without_password(url),
+            source,
+        })
+}
+
+/// rustls with ring (as ureq builds it) and the Mozilla roots.
+fn tls() -> Result<MakeRustlsConnect> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|_| StoreError::Refused("TLS is not available in this build"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
+/// Whether the URL's query string sets `name`.
+fn has_param(url: &str, name: &str) -> bool {
+    url.split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some(name)))
+}
+
+/// The URL without a password, in the user part or the query string: what messages show.
+pub fn without_password(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let authority_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let authority = &base[scheme_end..authority_end];
+    let mut out = base[..scheme_end].to_owned();
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            out.push_str(user.split_once(':').map_or(user, |(u, _)| u));
+            out.push('@');
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    out.push_str(&base[authority_end..]);
+    if let Some(q) = query {
+        let kept: Vec<&str> = q
+            .split('&')
+            .filter(|kv| kv.split('=').next() != Some("password"))
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_show_the_url_without_its_password() {
+        assert_eq!(
+            without_password("postgres://me:s3cret@db.example:5432/brain?sslmode=require"),
+            "postgres://me@db.example:5432/brain?sslmode=require"
+        );
+        assert_eq!(
+            without_password("postgresql://db/brain?user=me&password=x&sslmode=disable"),
+            "postgresql://db/brain?user=me&sslmode=disable"
+        );
+        assert_eq!(without_password("postgres://me@h/db"), "postgres://me@h/db");
+        assert_eq!(without_password("postgres://h"), "postgres://h");
+    }
+
+    #[test]
+    fn the_url_is_parsed_and_sslmode_chooses_tls() {
+        let plain = parse("postgres://me@h:5433/brain", false).unwrap();
+        assert_eq!(plain.get_ssl_mode(), SslMode::Disable);
+        assert_eq!(plain.get_dbname(), Some("brain"));
+        assert_eq!(plain.get_ports(), &[5433]);
+        let tls = parse("postgres://me@h/brain?sslmode=require", false).unwrap();
+        assert_eq!(tls.get_ssl_mode(), SslMode::Require);
+        let ro = parse("postgres://me@h/brain", true).unwrap();
+        assert!(ro.get_options().is_some_and(|o| o.contains("read_only=on")));
+        let bad = parse("postgres://me@h/brain?sslmode=sometimes", false).unwrap_err();
+        assert!(matches!(bad, StoreError::Connect { .. }), "{bad}");
+    }
+}

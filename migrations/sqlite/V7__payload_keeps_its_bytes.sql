@@ -1,0 +1,3 @@
+-- Why: nothing changes in SQLite (its payload is text, kept byte for byte already). This
+-- file keeps the two dialects' migrations in step file for file: PostgreSQL's V7 turns its
+-- `jsonb` payload into `json`, which keeps the bytes.

@@ -1,0 +1,419 @@
+//! The PostgreSQL write side: every operation of [`WriteTxn`] inside the one transaction of
+//! a [`crate::session::store::Store::write`].
+//!
+//! `seq` (I1, SPEC §16): an append locks its session's row (`SELECT … FOR UPDATE`), then
+//! inserts with `MAX(seq) + 1`. Under READ COMMITTED the insert's statement sees every
+//! append committed before the lock was granted, so seqs are gapless and unique; appends
+//! to different sessions lock different rows and never wait for each other. A session
+//! created, imported or forked in this transaction is invisible to others until commit, so
+//! its own inserts need no lock. The `sessions` cache row follows each event's
+//! [`CacheEffect`] (the pure part both stores share).
+
+use postgres::Transaction;
+use postgres::types::ToSql;
+
+use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64};
+use crate::clock::Clock;
+use crate::session::events::{
+    CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
+    SessionTitled, TitledBy, kind,
+};
+use crate::session::store::ledger::LedgerEntry;
+use crate::session::store::seam::WriteTxn;
+use crate::session::store::{Result, SessionRow, StoreError};
+
+/// The open PostgreSQL write transaction.
+pub struct PgWriter<'t, 'c> {
+    tx: &'t mut Transaction<'c>,
+    clock: &'t Clock,
+}
+
+impl<'t, 'c> PgWriter<'t, 'c> {
+    pub fn new(tx: &'t mut Transaction<'c>, clock: &'t Clock) -> PgWriter<'t, 'c> {
+        PgWriter { tx, clock }
+    }
+
+    pub(super) fn tx(&mut self) -> &mut Transaction<'c> {
+        self.tx
+    }
+
+    pub(super) fn clock(&self) -> &Clock {
+        self.clock
+    }
+
+    pub(super) fn create_session(
+        &mut self,
+        title: Option<String>,
+        system: String,
+    ) -> Result<SessionRow> {
+        let id = SessionId::generate();
+        let now = self.clock.now_string();
+        self.insert_session(id, title.as_deref(), &system, &now)?;
+        let started = Payload::SessionStarted(SessionStarted {
+            title,
+            system,
+            forked_from: None,
+            imported_from: None,
+        });
+        self.insert_event(id, started.kind(), &started.to_json(), &now)?;
+        self.session(id)
+    }
+
+    pub(super) fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
+        if matches!(payload, Payload::SessionStarted(_)) {
+            return Err(StoreError::Refused(
+                "session_started is written only when a session is created",
+            ));
+        }
+        self.lock_session(id)?;
+        let now = self.clock.now_string();
+        let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+        self.apply_cache_effect(id, &payload.cache_effect(), &now)?;
+        Ok(event)
+    }
+
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        let row = self.session(id)?;
+        if row.title.as_deref() == Some(title.as_str()) {
+            return Ok(row);
+        }
+        self.append(id, &Payload::SessionTitled(SessionTitled { title, by }))?;
+        self.session(id)
+    }
+
+    pub(super) fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        let row = self.session(id)?;
+        if row.archived == archived {
+            return Ok(row);
+        }
+        self.append(id, &Payload::SessionArchived(SessionArchived { archived }))?;
+        self.session(id)
+    }
+
+    fn touch(&mut self, id: SessionId) -> Result<()> {
+        let now = self.clock.now_string();
+        let changed = self.tx.execute(
+            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
+            &[&id.as_uuid(), &now],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        Ok(())
+    }
+
+    pub(super) fn session(&mut self, id: SessionId) -> Result<SessionRow> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
+        match self.tx.query_opt(&sql, &[&id.as_uuid()])? {
+            Some(r) => session_row(&r),
+            None => Err(StoreError::SessionNotFound(id)),
+        }
+    }
+
+    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
+        let seq: i64 = self
+            .tx
+            .query_one(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                 WHERE session_id = $1 AND kind IN ($2, $3)",
+                &[&id.as_uuid(), &kind::COMPACTION_APPLIED, &kind::REWIND],
+            )?
+            .try_get(0)?;
+        as_seq(seq)
+    }
+
+    pub(super) fn last_seq(&mut self, id: SessionId) -> Result<u64> {
+        let seq: i64 = self
+            .tx
+            .query_one(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
+                &[&id.as_uuid()],
+            )?
+            .try_get(0)?;
+        as_seq(seq)
+    }
+
+    pub(super) fn exists(&mut self, id: SessionId) -> Result<bool> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)",
+                &[&id.as_uuid()],
+            )?
+            .try_get(0)?)
+    }
+
+    /// The session's events after `after_seq`, oldest first, at most `limit`.
+    pub(super) fn events_after(
+        &mut self,
+        id: SessionId,
+        after_seq: u64,
+        limit: Option<u32>,
+    ) -> Result<Vec<Event>> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM session_events
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        let limit = limit.map(i64::from);
+        let rows = self
+            .tx
+            .query(&sql, &[&id.as_uuid(), &to_i64(after_seq)?, &limit])?;
+        rows.iter().map(event_row).collect()
+    }
+
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        if self.exists(id)? {
+            return Err(StoreError::AlreadyExists(id));
+        }
+        let Some(first) = events.first() else {
+            return Err(StoreError::Corrupt(format!("session {id} has no events")));
+        };
+        let Decoded::Known(Payload::SessionStarted(started)) = first.decode() else {
+            return Err(StoreError::Corrupt(format!(
+                "session {id} does not begin with session_started"
+            )));
+        };
+        self.insert_session(
+            id,
+            started.title.as_deref(),
+            &started.system,
+            &first.created_at,
+        )?;
+        let mut latest = first.created_at.clone();
+        for (i, e) in events.iter().enumerate() {
+            if e.seq != i as u64 + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "session {id}: seq {} where {} was expected",
+                    e.seq,
+                    i + 1
+                )));
+            }
+            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
+            if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
+                let effect = p.cache_effect();
+                self.apply_cache_effect(id, &effect, &e.created_at)?;
+                if effect.touches_updated_at && e.created_at > latest {
+                    latest = e.created_at.clone();
+                }
+            }
+        }
+        // The newest of the times that moved it, not the last (as on SQLite: a fork's
+        // copies keep their source's older times).
+        self.tx.execute(
+            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
+            &[&id.as_uuid(), &latest],
+        )?;
+        Ok(())
+    }
+
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        self.lock_session(id)?;
+        let last = self.last_seq(id)?;
+        if last == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        for (i, e) in events.iter().enumerate() {
+            if e.seq != last + i as u64 + 1 || e.kind == kind::SESSION_STARTED {
+                return Err(StoreError::Corrupt(format!(
+                    "session {id}: an imported {} at seq {} does not continue the log",
+                    e.kind, e.seq
+                )));
+            }
+            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
+            if let Decoded::Known(p) = e.decode() {
+                self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the session's events and cache row at once: PostgreSQL has no single
+    /// writer for a long delete to hold up. Ledger rows stay.
+    fn delete_session(&mut self, id: SessionId) -> Result<()> {
+        self.lock_session(id)?;
+        self.tx.execute(
+            "DELETE FROM session_events WHERE session_id = $1",
+            &[&id.as_uuid()],
+        )?;
+        self.tx
+            .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_uuid()])?;
+        Ok(())
+    }
+
+    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
+        let now = self.clock.now_string();
+        let session = e.session_id.map(|s| s.as_uuid());
+        let numbers = [
+            to_i64(e.usage.input_tokens)?,
+            to_i64(e.usage.output_tokens)?,
+            to_i64(e.usage.cache_read_tokens)?,
+            to_i64(e.usage.cache_write_tokens)?,
+            to_i64(e.latency_ms)?,
+        ];
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &session,
+            &e.purpose.as_str(),
+            &e.provider,
+            &e.model,
+            &numbers[0],
+            &numbers[1],
+            &numbers[2],
+            &numbers[3],
+            &numbers[4],
+            &e.status.as_str(),
+            &e.error_code,
+            &now,
+        ];
+        Ok(self
+            .tx
+            .query_one(
+                "INSERT INTO ledger (session_id, purpose, provider, model, input_tokens,
+                     output_tokens, cache_read_tokens, cache_write_tokens, latency_ms, status,
+                     error_code, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::timestamptz)
+                 RETURNING id",
+                &params,
+            )?
+            .try_get(0)?)
+    }
+
+    /// Locks the session's row for this transaction (appends to it queue here), or says
+    /// it does not exist.
+    pub(super) fn lock_session(&mut self, id: SessionId) -> Result<()> {
+        match self.tx.query_opt(
+            "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
+            &[&id.as_uuid()],
+        )? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::SessionNotFound(id)),
+        }
+    }
+
+    pub(super) fn insert_session(
+        &mut self,
+        id: SessionId,
+        title: Option<&str>,
+        system: &str,
+        created_at: &str,
+    ) -> Result<()> {
+        self.tx.execute(
+            "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+             VALUES ($1, $2, false, $3, $4::text::timestamptz, $4::text::timestamptz)",
+            &[&id.as_uuid(), &title, &system, &created_at],
+        )?;
+        Ok(())
+    }
+
+    /// Inserts the event with seq = the session's last + 1. Safe only with the session's
+    /// row locked by this transaction, or created by it.
+    pub(super) fn insert_event(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event> {
+        let seq: i64 = self
+            .tx
+            .query_one(
+                "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
+                 VALUES (
+                     $1,
+                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = $1),
+                     $2, $3::text::json, $4::text::timestamptz)
+                 RETURNING seq",
+                &[&id.as_uuid(), &kind, &payload, &created_at],
+            )?
+            .try_get(0)?;
+        Ok(Event {
+            seq: as_seq(seq)?,
+            kind: kind.to_owned(),
+            payload: payload.to_owned(),
+            created_at: created_at.to_owned(),
+        })
+    }
+
+    fn apply_cache_effect(&mut self, id: SessionId, effect: &CacheEffect, now: &str) -> Result<()> {
+        if effect.title.is_none() && effect.archived.is_none() && !effect.touches_updated_at {
+            return Ok(());
+        }
+        let title = effect.title.clone().flatten();
+        self.tx.execute(
+            "UPDATE sessions SET
+                 title = CASE WHEN $2 THEN $3 ELSE title END,
+                 archived = COALESCE($4, archived),
+                 updated_at = CASE WHEN $5 THEN $6::text::timestamptz ELSE updated_at END
+             WHERE id = $1",
+            &[
+                &id.as_uuid(),
+                &effect.title.is_some(),
+                &title,
+                &effect.archived,
+                &effect.touches_updated_at,
+                &now,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+fn as_seq(seq: i64) -> Result<u64> {
+    u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("a negative seq ({seq})")))
+}
+
+impl WriteTxn for PgWriter<'_, '_> {
+    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
+        PgWriter::create_session(self, title, system)
+    }
+    fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
+        PgWriter::append(self, id, payload)
+    }
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        PgWriter::rename(self, id, title, by)
+    }
+    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        PgWriter::set_archived(self, id, archived)
+    }
+    fn touch(&mut self, id: SessionId) -> Result<()> {
+        PgWriter::touch(self, id)
+    }
+    fn session(&mut self, id: SessionId) -> Result<SessionRow> {
+        PgWriter::session(self, id)
+    }
+    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
+        PgWriter::newest_shaping_seq(self, id)
+    }
+    fn last_seq(&mut self, id: SessionId) -> Result<u64> {
+        PgWriter::last_seq(self, id)
+    }
+    fn exists(&mut self, id: SessionId) -> Result<bool> {
+        PgWriter::exists(self, id)
+    }
+    fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        PgWriter::events_after(self, id, 0, None)
+    }
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        PgWriter::import_session(self, id, events)
+    }
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        PgWriter::extend_imported(self, id, events)
+    }
+    fn delete_session(&mut self, id: SessionId) -> Result<()> {
+        PgWriter::delete_session(self, id)
+    }
+    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+        PgWriter::edit(self, id, edited_seq, text)
+    }
+    fn fork(
+        &mut self,
+        source: SessionId,
+        through: Option<u64>,
+        active: Option<(u64, u32)>,
+        upto: u64,
+    ) -> Result<SessionRow> {
+        PgWriter::fork(self, source, through, active, upto)
+    }
+    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
+        PgWriter::record_call(self, e)
+    }
+}

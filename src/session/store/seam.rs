@@ -1,0 +1,358 @@
+//! The seam between brain and its database: one [`Store`] whatever runs underneath, SQLite
+//! ([`SqliteStore`], a file) or PostgreSQL ([`PgStore`], a `postgres://` URL), chosen by
+//! what `--db` names ([`DbTarget`]). Projections, compactor, engine, API and import see only
+//! [`Store`] and the write transaction [`Writer`].
+//!
+//! Two object-safe traits, because the two stores share no connection type: [`Backend`]
+//! (the reads, and the door to a write transaction) and [`WriteTxn`] (today's writer
+//! operations). An enum would put a `match` in every one of ~25 operations and make every
+//! new backend edit them all; with the traits each store implements them beside its SQL.
+//! [`Store::write`] stays generic over its closure's output: the `FnOnce` and its value are
+//! carried through one `&mut dyn FnMut` call, so `store.write(|w| w.append(..))` reads as
+//! before.
+
+use std::path::Path;
+
+use super::ledger::{LedgerEntry, UsageReport};
+use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
+use super::pg::PgStore;
+use super::{OlderSchema, Result, SessionRow, SqliteStore, SqliteWriter, StoreError, StoreOptions};
+use crate::clock::Clock;
+use crate::session::events::{Event, Payload, SessionId, TitledBy};
+use crate::session::projection::page::Page;
+
+/// What `--db` names: a SQLite file, or a PostgreSQL server by URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DbTarget<'a> {
+    Sqlite(&'a Path),
+    Postgres(&'a str),
+}
+
+impl<'a> DbTarget<'a> {
+    /// A `postgres://` or `postgresql://` URL names PostgreSQL; anything else is a path.
+    pub fn of(db: &'a Path) -> DbTarget<'a> {
+        match db.to_str() {
+            Some(url) if is_postgres_url(url) => DbTarget::Postgres(url),
+            _ => DbTarget::Sqlite(db),
+        }
+    }
+}
+
+/// Whether `db` is a PostgreSQL URL rather than a file path.
+pub fn is_postgres_url(db: &str) -> bool {
+    let lower = db.get(..13).unwrap_or(db).to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+/// The open write transaction, handed to the closure given to [`Store::write`]: every
+/// operation runs in it and is committed with it (or none is).
+pub type Writer<'a> = dyn WriteTxn + 'a;
+
+/// What a write transaction can do, on either store. See the SQLite store's
+/// [`SqliteWriter`] for each operation's contract; the PostgreSQL store keeps the same.
+pub trait WriteTxn {
+    /// Creates a session and its `session_started` event (seq 1) together.
+    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow>;
+    /// Appends one event with the next seq, updating the session's cache row.
+    fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event>;
+    /// Renames a session; the title it already has writes nothing.
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow>;
+    /// Archives or unarchives a session; the state it is in writes nothing.
+    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow>;
+    /// Moves the session's `updated_at` to now.
+    fn touch(&mut self, id: SessionId) -> Result<()>;
+    /// The session's cache row, as of this transaction.
+    fn session(&mut self, id: SessionId) -> Result<SessionRow>;
+    /// The seq of the newest `compaction_applied` or `rewind` (0 without one).
+    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64>;
+    /// The session's newest seq (0 without events).
+    fn last_seq(&mut self, id: SessionId) -> Result<u64>;
+    /// Whether the session exists, as of this transaction.
+    fn exists(&mut self, id: SessionId) -> Result<bool>;
+    /// Every event of the session, as of this transaction.
+    fn events(&mut self, id: SessionId) -> Result<Vec<Event>>;
+    /// Imports a whole session's log byte for byte (export's other half).
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
+    /// Appends imported events that continue the session's seqs exactly.
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
+    /// Deletes a whole session (its ledger rows stay).
+    fn delete_session(&mut self, id: SessionId) -> Result<()>;
+    /// Edits the user message at `edited_seq`: a `rewind` and the new message (SPEC §14).
+    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event>;
+    /// Forks `source` into a new session (SPEC §14).
+    fn fork(
+        &mut self,
+        source: SessionId,
+        through: Option<u64>,
+        active: Option<(u64, u32)>,
+        upto: u64,
+    ) -> Result<SessionRow>;
+    /// Records a provider call; returns its ledger id.
+    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64>;
+}
+
+/// One store's side of the seam: its reads, and a write transaction.
+pub trait Backend: Send + Sync {
+    /// Runs `f` in one write transaction, committed before this returns `Ok`; rolled back
+    /// (everything `f` wrote) when `f` fails.
+    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()>;
+    fn session(&self, id: SessionId) -> Result<SessionRow>;
+    fn last_seq(&self, id: SessionId) -> Result<u64>;
+    fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>>;
+    fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>>;
+    fn transcript_page(
+        &self,
+        id: SessionId,
+        before_seq: u64,
+        limit: usize,
+        active: Option<(u64, u32)>,
+    ) -> Result<Page>;
+    fn session_ids(&self) -> Result<Vec<SessionId>>;
+    fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage>;
+    fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>>;
+    fn usage(&self, session: Option<SessionId>) -> Result<UsageReport>;
+    fn backup_to(&self, target: &Path) -> Result<()>;
+    fn path(&self) -> &Path;
+    fn clock(&self) -> &Clock;
+    fn is_read_only(&self) -> bool;
+}
+
+/// The event log, on whichever database `--db` names.
+pub struct Store {
+    backend: Box<dyn Backend>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database `db` names — a SQLite file, or a
+    /// PostgreSQL URL — and brings its schema up to date. Refuses a database whose schema
+    /// is newer than this binary.
+    pub fn open(db: &Path, options: StoreOptions) -> Result<Store> {
+        Ok(match DbTarget::of(db) {
+            DbTarget::Sqlite(path) => Store::from_backend(SqliteStore::open(path, options)?),
+            DbTarget::Postgres(url) => Store::from_backend(PgStore::open(url, options)?),
+        })
+    }
+
+    /// Opens an existing database for reading only: nothing is created, migrated or
+    /// written (see [`SqliteStore::open_read_only`], [`PgStore::open_read_only`]).
+    pub fn open_read_only(db: &Path, options: StoreOptions, older: OlderSchema) -> Result<Store> {
+        Ok(match DbTarget::of(db) {
+            DbTarget::Sqlite(path) => {
+                Store::from_backend(SqliteStore::open_read_only(path, options, older)?)
+            }
+            DbTarget::Postgres(url) => {
+                Store::from_backend(PgStore::open_read_only(url, options, older)?)
+            }
+        })
+    }
+
+    /// A store on the given backend.
+    pub fn from_backend(backend: impl Backend + 'static) -> Store {
+        Store {
+            backend: Box::new(backend),
+        }
+    }
+
+    /// The database: its file, or its URL without the password (for messages).
+    pub fn path(&self) -> &Path {
+        self.backend.path()
+    }
+
+    /// The clock the store stamps events with.
+    pub fn clock(&self) -> &Clock {
+        self.backend.clock()
+    }
+
+    /// Whether this store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.backend.is_read_only()
+    }
+
+    /// Runs `f` inside one write transaction that is committed before this returns `Ok`.
+    /// If `f` fails, everything it wrote is rolled back and its error returned. `f` must
+    /// not call `write` itself.
+    pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.backend.write(&mut |w| {
+            let f = f
+                .take()
+                .ok_or(StoreError::Refused("a write ran its closure twice"))?;
+            out = Some(f(w)?);
+            Ok(())
+        })?;
+        out.ok_or(StoreError::Refused(
+            "a write committed without running its closure",
+        ))
+    }
+
+    /// A consistent copy of the whole database at `target` (SQLite only; PostgreSQL's is
+    /// `pg_dump`).
+    pub fn backup_to(&self, target: &Path) -> Result<()> {
+        self.backend.backup_to(target)
+    }
+
+    /// A session's cache row.
+    pub fn session(&self, id: SessionId) -> Result<SessionRow> {
+        self.backend.session(id)
+    }
+
+    /// The session's newest seq (0 for none), never waiting for a writer.
+    pub fn last_seq(&self, id: SessionId) -> Result<u64> {
+        self.backend.last_seq(id)
+    }
+
+    /// A session's events with `seq > after_seq`, oldest first, at most `limit`.
+    pub fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
+        self.backend.events(id, after_seq, limit)
+    }
+
+    /// What the LLM context needs (SPEC §4 steps 0 and 1).
+    pub fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
+        self.backend.events_for_context(id)
+    }
+
+    /// One page of the UI transcript (SPEC §7).
+    pub fn transcript_page(
+        &self,
+        id: SessionId,
+        before_seq: u64,
+        limit: usize,
+        active: Option<(u64, u32)>,
+    ) -> Result<Page> {
+        self.backend.transcript_page(id, before_seq, limit, active)
+    }
+
+    /// Every session id, oldest first (tests and export).
+    pub fn session_ids(&self) -> Result<Vec<SessionId>> {
+        self.backend.session_ids()
+    }
+
+    /// A page of sessions, newest first by `(updated_at, id)`.
+    pub fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
+        self.backend.list_sessions(q)
+    }
+
+    /// Messages, answers, partials, summaries and titles matching a query.
+    pub fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.backend.search(q)
+    }
+
+    /// Records a provider call; returns its ledger id.
+    pub fn record_call(&self, e: &LedgerEntry) -> Result<i64> {
+        self.write(|w| w.record_call(e))
+    }
+
+    /// Usage sums for one session (its rows outlive it), or for everything.
+    pub fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
+        self.backend.usage(session)
+    }
+}
+
+impl Backend for SqliteStore {
+    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
+        SqliteStore::write(self, |w| f(w))
+    }
+    fn session(&self, id: SessionId) -> Result<SessionRow> {
+        SqliteStore::session(self, id)
+    }
+    fn last_seq(&self, id: SessionId) -> Result<u64> {
+        SqliteStore::last_seq(self, id)
+    }
+    fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
+        SqliteStore::events(self, id, after_seq, limit)
+    }
+    fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
+        SqliteStore::events_for_context(self, id)
+    }
+    fn transcript_page(
+        &self,
+        id: SessionId,
+        before_seq: u64,
+        limit: usize,
+        active: Option<(u64, u32)>,
+    ) -> Result<Page> {
+        SqliteStore::transcript_page(self, id, before_seq, limit, active)
+    }
+    fn session_ids(&self) -> Result<Vec<SessionId>> {
+        SqliteStore::session_ids(self)
+    }
+    fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
+        SqliteStore::list_sessions(self, q)
+    }
+    fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
+        SqliteStore::search(self, q)
+    }
+    fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
+        SqliteStore::usage(self, session)
+    }
+    fn backup_to(&self, target: &Path) -> Result<()> {
+        SqliteStore::backup_to(self, target)
+    }
+    fn path(&self) -> &Path {
+        SqliteStore::path(self)
+    }
+    fn clock(&self) -> &Clock {
+        SqliteStore::clock(self)
+    }
+    fn is_read_only(&self) -> bool {
+        SqliteStore::is_read_only(self)
+    }
+}
+
+impl WriteTxn for SqliteWriter<'_> {
+    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
+        SqliteWriter::create_session(self, title, system)
+    }
+    fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
+        SqliteWriter::append(self, id, payload)
+    }
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        SqliteWriter::rename(self, id, title, by)
+    }
+    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        SqliteWriter::set_archived(self, id, archived)
+    }
+    fn touch(&mut self, id: SessionId) -> Result<()> {
+        SqliteWriter::touch(self, id)
+    }
+    fn session(&mut self, id: SessionId) -> Result<SessionRow> {
+        SqliteWriter::session(self, id)
+    }
+    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
+        SqliteWriter::newest_shaping_seq(self, id)
+    }
+    fn last_seq(&mut self, id: SessionId) -> Result<u64> {
+        SqliteWriter::last_seq(self, id)
+    }
+    fn exists(&mut self, id: SessionId) -> Result<bool> {
+        SqliteWriter::exists(self, id)
+    }
+    fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        SqliteWriter::events(self, id)
+    }
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        SqliteWriter::import_session(self, id, events)
+    }
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        SqliteWriter::extend_imported(self, id, events)
+    }
+    fn delete_session(&mut self, id: SessionId) -> Result<()> {
+        SqliteWriter::delete_session(self, id)
+    }
+    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+        SqliteWriter::edit(self, id, edited_seq, text)
+    }
+    fn fork(
+        &mut self,
+        source: SessionId,
+        through: Option<u64>,
+        active: Option<(u64, u32)>,
+        upto: u64,
+    ) -> Result<SessionRow> {
+        SqliteWriter::fork(self, source, through, active, upto)
+    }
+    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
+        SqliteWriter::record_call(self, e)
+    }
+}
