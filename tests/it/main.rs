@@ -6,6 +6,7 @@ mod background;
 mod browser;
 mod cli;
 mod compaction;
+mod conformance;
 mod crash;
 mod edges;
 mod edit_api;

@@ -1,0 +1,112 @@
+//! Appends: seqs 1, 2, 3… per session under threads (I1), nothing else written on failure.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Barrier};
+
+use brain::session::StoreError;
+
+use super::{Db, log, new_session, seqs};
+use crate::support::{assert_gapless, user};
+
+const THREADS: usize = 8;
+const APPENDS_PER_THREAD: usize = 25;
+
+conformance!(
+    eight_threads_appending_to_one_session_get_gapless_unique_seqs,
+    eight_threads_appending_to_eight_sessions_get_gapless_seqs_each,
+    appending_to_an_unknown_session_is_not_found_and_writes_nothing,
+    a_failed_write_closure_rolls_back_everything_it_appended,
+    session_started_is_written_only_at_creation,
+);
+
+fn eight_threads_appending_to_one_session_get_gapless_unique_seqs(db: &Db) {
+    let store = Arc::new(db.open());
+    let id = new_session(&store);
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, start) = (Arc::clone(&store), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..APPENDS_PER_THREAD {
+                    store.append(id, &user(&format!("{t}-{i}"))).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let events = log(&store, id);
+    assert_gapless(&seqs(&events));
+    assert_eq!(events.len(), 1 + THREADS * APPENDS_PER_THREAD);
+    let texts: BTreeSet<&str> = events.iter().skip(1).map(|e| e.payload.as_str()).collect();
+    assert_eq!(
+        texts.len(),
+        THREADS * APPENDS_PER_THREAD,
+        "every append once"
+    );
+}
+
+fn eight_threads_appending_to_eight_sessions_get_gapless_seqs_each(db: &Db) {
+    let store = Arc::new(db.open());
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, start) = (Arc::clone(&store), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let id = new_session(&store);
+                start.wait();
+                for i in 0..APPENDS_PER_THREAD {
+                    store.append(id, &user(&format!("{t}-{i}"))).unwrap();
+                }
+                id
+            })
+        })
+        .collect();
+    for t in threads {
+        let id = t.join().unwrap();
+        let events = log(&store, id);
+        assert_gapless(&seqs(&events));
+        assert_eq!(events.len(), 1 + APPENDS_PER_THREAD);
+    }
+}
+
+fn appending_to_an_unknown_session_is_not_found_and_writes_nothing(db: &Db) {
+    let store = db.open();
+    let ghost = brain::session::SessionId::generate();
+    let e = store.append(ghost, &user("hi")).unwrap_err();
+    assert!(
+        matches!(e, StoreError::SessionNotFound(id) if id == ghost),
+        "{e}"
+    );
+    assert!(!store.write(|w| w.exists(ghost)).unwrap());
+}
+
+fn a_failed_write_closure_rolls_back_everything_it_appended(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let e = store
+        .write(|w| {
+            w.append(id, &user("one"))?;
+            w.append(id, &user("two"))?;
+            Err::<(), _>(StoreError::Refused("changed my mind"))
+        })
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Refused(_)), "{e}");
+    assert_eq!(seqs(&log(&store, id)), vec![1]);
+    // The next append takes the seq the rolled-back ones did not keep.
+    assert_eq!(store.append(id, &user("three")).unwrap().seq, 2);
+}
+
+fn session_started_is_written_only_at_creation(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let started = log(&store, id)[0].decode();
+    let brain::session::Decoded::Known(payload) = started else {
+        panic!("session_started unreadable");
+    };
+    let e = store.append(id, &payload).unwrap_err();
+    assert!(matches!(e, StoreError::Refused(_)), "{e}");
+    assert_eq!(seqs(&log(&store, id)), vec![1]);
+}
