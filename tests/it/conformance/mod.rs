@@ -42,6 +42,7 @@ macro_rules! conformance {
 
 mod appends;
 mod cache;
+mod cli;
 mod delete;
 mod ledger;
 mod reads;
