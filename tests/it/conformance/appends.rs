@@ -17,6 +17,7 @@ conformance!(
     appending_to_an_unknown_session_is_not_found_and_writes_nothing,
     a_failed_write_closure_rolls_back_everything_it_appended,
     session_started_is_written_only_at_creation,
+    a_read_then_write_sees_no_other_write_in_between,
 );
 
 fn eight_threads_appending_to_one_session_get_gapless_unique_seqs(db: &Db) {
@@ -109,4 +110,34 @@ fn session_started_is_written_only_at_creation(db: &Db) {
     let e = store.append(id, &payload).unwrap_err();
     assert!(matches!(e, StoreError::Refused(_)), "{e}");
     assert_eq!(seqs(&log(&store, id)), vec![1]);
+}
+
+/// What compaction's compare-and-append and the edit check rely on: inside one write, what
+/// was read about a session still holds when the write appends to it.
+fn a_read_then_write_sees_no_other_write_in_between(db: &Db) {
+    let store = Arc::new(db.open());
+    let id = new_session(&store);
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (store, start) = (Arc::clone(&store), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                for _ in 0..APPENDS_PER_THREAD {
+                    store
+                        .write(|w| {
+                            let last = w.last_seq(id)?;
+                            w.append(id, &user(&format!("after {last}")))
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for e in log(&store, id).iter().skip(1) {
+        assert_eq!(e.payload, user(&format!("after {}", e.seq - 1)).to_json());
+    }
 }

@@ -8,6 +8,13 @@
 //! created, imported or forked in this transaction is invisible to others until commit, so
 //! its own inserts need no lock. The `sessions` cache row follows each event's
 //! [`CacheEffect`] (the pure part both stores share).
+//!
+//! Read-then-write steps (compaction's compare-and-append, an edit's check, a rename of
+//! the title it already has) stay one step as on SQLite's single writer: every read of a
+//! session here locks its row first, once per transaction, so two transactions about the
+//! same session run one after the other and each sees the other's commit.
+
+use std::collections::HashSet;
 
 use postgres::Transaction;
 use postgres::types::ToSql;
@@ -26,11 +33,17 @@ use crate::session::store::{Result, SessionRow, StoreError};
 pub struct PgWriter<'t, 'c> {
     tx: &'t mut Transaction<'c>,
     clock: &'t Clock,
+    /// Sessions whose row this transaction holds locked (or created).
+    locked: HashSet<SessionId>,
 }
 
 impl<'t, 'c> PgWriter<'t, 'c> {
     pub fn new(tx: &'t mut Transaction<'c>, clock: &'t Clock) -> PgWriter<'t, 'c> {
-        PgWriter { tx, clock }
+        PgWriter {
+            tx,
+            clock,
+            locked: HashSet::new(),
+        }
     }
 
     pub(super) fn tx(&mut self) -> &mut Transaction<'c> {
@@ -103,6 +116,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     }
 
     pub(super) fn session(&mut self, id: SessionId) -> Result<SessionRow> {
+        self.lock_session(id)?;
         let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
         match self.tx.query_opt(&sql, &[&id.as_uuid()])? {
             Some(r) => session_row(&r),
@@ -111,6 +125,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     }
 
     fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
+        self.lock_if_exists(id)?;
         let seq: i64 = self
             .tx
             .query_one(
@@ -123,6 +138,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     }
 
     pub(super) fn last_seq(&mut self, id: SessionId) -> Result<u64> {
+        self.lock_if_exists(id)?;
         let seq: i64 = self
             .tx
             .query_one(
@@ -134,13 +150,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     }
 
     pub(super) fn exists(&mut self, id: SessionId) -> Result<bool> {
-        Ok(self
-            .tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)",
-                &[&id.as_uuid()],
-            )?
-            .try_get(0)?)
+        self.lock_if_exists(id)
     }
 
     /// The session's events after `after_seq`, oldest first, at most `limit`.
@@ -150,6 +160,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         after_seq: u64,
         limit: Option<u32>,
     ) -> Result<Vec<Event>> {
+        self.lock_if_exists(id)?;
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM session_events
              WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
@@ -237,6 +248,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         )?;
         self.tx
             .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_uuid()])?;
+        self.locked.remove(&id);
         Ok(())
     }
 
@@ -280,13 +292,30 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     /// Locks the session's row for this transaction (appends to it queue here), or says
     /// it does not exist.
     pub(super) fn lock_session(&mut self, id: SessionId) -> Result<()> {
-        match self.tx.query_opt(
-            "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
-            &[&id.as_uuid()],
-        )? {
-            Some(_) => Ok(()),
-            None => Err(StoreError::SessionNotFound(id)),
+        if self.lock_if_exists(id)? {
+            Ok(())
+        } else {
+            Err(StoreError::SessionNotFound(id))
         }
+    }
+
+    /// Locks the session's row unless this transaction already holds it; whether the
+    /// session exists.
+    fn lock_if_exists(&mut self, id: SessionId) -> Result<bool> {
+        if self.locked.contains(&id) {
+            return Ok(true);
+        }
+        let found = self
+            .tx
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&id.as_uuid()],
+            )?
+            .is_some();
+        if found {
+            self.locked.insert(id);
+        }
+        Ok(found)
     }
 
     pub(super) fn insert_session(
@@ -301,6 +330,8 @@ impl<'t, 'c> PgWriter<'t, 'c> {
              VALUES ($1, $2, false, $3, $4::text::timestamptz, $4::text::timestamptz)",
             &[&id.as_uuid(), &title, &system, &created_at],
         )?;
+        // Invisible to others until commit: as good as locked.
+        self.locked.insert(id);
         Ok(())
     }
 
