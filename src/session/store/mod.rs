@@ -168,7 +168,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     /// Refuses a database whose schema is newer than this binary.
-    pub fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore> {
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Self> {
         let open_err = |source| StoreError::Open {
             path: path.to_owned(),
             source,
@@ -179,7 +179,7 @@ impl SqliteStore {
         let sync = options.sync;
         let manager = SqliteConnectionManager::file(path)
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
-        Ok(SqliteStore {
+        Ok(Self {
             writer: Some(lane::WriterLane::new(writer)),
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
@@ -192,11 +192,7 @@ impl SqliteStore {
     /// brain's read-only commands never change a database an older server runs on. Refuses
     /// a missing file, a schema newer than this binary and, unless `older` accepts it, an
     /// older one (with the advice to run `brain migrate`). [`Store::write`] is refused.
-    pub fn open_read_only(
-        path: &Path,
-        options: StoreOptions,
-        older: OlderSchema,
-    ) -> Result<SqliteStore> {
+    pub fn open_read_only(path: &Path, options: StoreOptions, older: OlderSchema) -> Result<Self> {
         if !path.is_file() {
             return Err(StoreError::NoDatabase(path.to_owned()));
         }
@@ -214,7 +210,7 @@ impl SqliteStore {
         let manager = SqliteConnectionManager::file(path)
             .with_flags(read_only_flags())
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
-        Ok(SqliteStore {
+        Ok(Self {
             writer: None,
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
