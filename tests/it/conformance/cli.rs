@@ -69,3 +69,49 @@ fn sessions_import_writes_into_postgres() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, r#"{"system":"s", "title":"moved"}"#);
 }
+
+#[test]
+fn serve_on_a_url_creates_sessions_in_postgres_and_names_it_without_the_password() {
+    let name = "serve_on_a_url_creates_sessions_in_postgres_and_names_it_without_the_password";
+    let Some(db) = Db::postgres(name) else {
+        return;
+    };
+    let url = with_password(&db);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brain"));
+    cmd.args(["--db", &url, "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--distill",
+            "off",
+            "--provider-url",
+            "http://127.0.0.1:9/v1",
+        ])
+        .stderr(std::process::Stdio::null());
+    let mut banner = String::new();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start brain serve");
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut banner,
+    )
+    .expect("banner");
+    let server = banner
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {banner:?}"))
+        .to_owned();
+    let created = ureq::post(&format!("{server}/v1/sessions"))
+        .header("Content-Type", "application/json")
+        .send(r#"{"title":"team"}"#)
+        .map(|mut r| r.body_mut().read_to_string().unwrap_or_default());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(banner.contains("database postgres://postgres@"), "{banner}");
+    assert!(!banner.contains("hunter2"), "{banner}");
+    let created: serde_json::Value = serde_json::from_str(&created.expect("created")).unwrap();
+    let id: SessionId = created["id"].as_str().expect("an id").parse().unwrap();
+    let events = log(&db.open(), id);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, "session_started");
+}
