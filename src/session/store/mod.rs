@@ -75,9 +75,9 @@ pub enum StoreError {
     },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("PostgreSQL error: {0}")]
+    #[error("PostgreSQL error: {}", pg::detail(.0))]
     Postgres(#[from] postgres::Error),
-    #[error("cannot connect to PostgreSQL at {url}: {source}")]
+    #[error("cannot connect to PostgreSQL at {url}: {}", pg::detail(.source))]
     Connect {
         /// Without its password.
         url: String,

@@ -86,7 +86,26 @@ fn postgres_refuses_tls_the_server_does_not_offer_with_a_clear_error() {
         text.contains("cannot connect to PostgreSQL at postgres://"),
         "{text}"
     );
-    assert!(text.to_ascii_lowercase().contains("tls"), "{text}");
+    assert!(text.contains("server does not support TLS"), "{text}");
+}
+
+#[test]
+fn postgres_names_a_missing_database_in_its_error() {
+    let Some(db) = Db::postgres("postgres_names_a_missing_database_in_its_error") else {
+        return;
+    };
+    let url = brain::session::store::pg::testdb::with_database(
+        &db.target().to_string_lossy(),
+        "brain_t_no_such_database",
+    );
+    let e = Store::open(std::path::Path::new(&url), options(Clock::system()))
+        .err()
+        .expect("no such database");
+    let text = e.to_string();
+    assert!(
+        text.contains(r#"database "brain_t_no_such_database" does not exist"#),
+        "{text}"
+    );
 }
 
 #[test]

@@ -270,6 +270,19 @@ fn tls() -> Result<MakeRustlsConnect> {
     Ok(MakeRustlsConnect::new(config))
 }
 
+/// A PostgreSQL error with its causes: the crate's own text is often only "db error" or
+/// "error performing TLS handshake", the server's message is in its source.
+pub fn detail(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// Whether the URL's query string sets `name`.
 fn has_param(url: &str, name: &str) -> bool {
     url.split_once('?')
