@@ -141,3 +141,49 @@ fn a_read_then_write_sees_no_other_write_in_between(db: &Db) {
         assert_eq!(e.payload, user(&format!("after {}", e.seq - 1)).to_json());
     }
 }
+
+/// How long a test waits for something that should happen at once.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// PostgreSQL only (SPEC §16): a write holds its own session's row, not the database, so
+/// an append to another session commits while it is still open. (SQLite has one writer.)
+#[test]
+fn postgres_appends_to_different_sessions_never_wait_for_each_other() {
+    let name = "postgres_appends_to_different_sessions_never_wait_for_each_other";
+    let Some(db) = Db::postgres(name) else {
+        return;
+    };
+    let store = Arc::new(db.open());
+    let (a, b) = (new_session(&store), new_session(&store));
+    let (held, is_held) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.write(|w| {
+                w.append(a, &user("holding a"))?;
+                let _ = held.send(());
+                let _ = released.recv_timeout(DEADLINE);
+                Ok(())
+            })
+        })
+    };
+    is_held.recv_timeout(DEADLINE).expect("a's write is open");
+    let (done, is_done) = std::sync::mpsc::channel();
+    {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            let _ = done.send(store.append(b, &user("b goes on")).map(|e| e.seq));
+        });
+    }
+    let appended = is_done.recv_timeout(DEADLINE);
+    let _ = release.send(());
+    holder.join().unwrap().unwrap();
+    assert_eq!(
+        appended
+            .expect("b's append finished while a's write was open")
+            .unwrap(),
+        2
+    );
+    assert_eq!(seqs(&log(&store, a)), vec![1, 2]);
+}
