@@ -131,18 +131,19 @@ macro_rules! candidates {
 
 /// A page's rows with their snippets (`page` holds `id` and the order's columns; `$2`
 /// the `ts_headline` options, `$3`/`$4` the markers). Only the page's rows are
-/// headlined. Whether text precedes or follows the snippet is asked of the same parser
-/// that made the tokens, so the ellipses mean what FTS5's do: the snippet does not start
-/// (end) at the text's first (last) token.
+/// headlined. The text before (after) the snippet comes back only when it holds no token
+/// (punctuation the headline left out, as a closing `.`), else NULL: the snippet was cut
+/// there, an ellipsis is due. Asking the parser that made the tokens gives the ellipses
+/// FTS5's meaning (the snippet does not start at the text's first token, or end at its
+/// last), and a long text never travels whole.
 macro_rules! page_rows {
     ($order:literal) => {
         concat!(
             "SELECT e.session_id::text, s.title, e.seq, e.kind, ",
             $crate::session::store::pg::rows::ts_text!("e.created_at"),
             ", h.marked,
-                    p.at > 1 AND length(to_tsvector('simple', left(d.doc, p.at - 1))) > 0,
-                    p.at > 0 AND length(to_tsvector('simple',
-                        substr(d.doc, p.at + length(p.plain)))) > 0
+                    CASE WHEN length(to_tsvector('simple', p.lead)) = 0 THEN p.lead END,
+                    CASE WHEN length(to_tsvector('simple', p.trail)) = 0 THEN p.trail END
              FROM page
              JOIN session_events e ON e.id = page.id
              JOIN sessions s ON s.id = e.session_id
@@ -150,8 +151,11 @@ macro_rules! page_rows {
             document!(),
             " AS doc) d
              CROSS JOIN LATERAL (SELECT ts_headline('simple', d.doc, $1::text::tsquery, $2) AS marked) h
-             CROSS JOIN LATERAL (SELECT plain, strpos(d.doc, plain) AS at FROM
-                 (SELECT replace(replace(h.marked, $3, ''), $4, '') AS plain) x) p
+             CROSS JOIN LATERAL (SELECT replace(replace(h.marked, $3, ''), $4, '') AS plain) x
+             CROSS JOIN LATERAL (SELECT strpos(d.doc, x.plain) AS at) f
+             CROSS JOIN LATERAL (SELECT
+                 CASE WHEN f.at > 0 THEN left(d.doc, f.at - 1) ELSE '' END AS lead,
+                 CASE WHEN f.at > 0 THEN substr(d.doc, f.at + length(x.plain)) ELSE '' END AS trail) p
              ORDER BY ",
             $order
         )
@@ -316,14 +320,16 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("session id {sid:?} is not a UUID")))?;
         let seq: i64 = r.try_get(2)?;
-        let mut marked: String = r.try_get(5)?;
-        if r.try_get(6)? {
-            marked.insert_str(0, ELLIPSIS);
-        }
-        if r.try_get(7)? {
-            marked.push_str(ELLIPSIS);
-        }
+        let marked: String = r.try_get(5)?;
+        let lead: Option<String> = r.try_get(6)?;
+        let trail: Option<String> = r.try_get(7)?;
+        let marked = format!(
+            "{}{marked}{}",
+            lead.as_deref().map_or(ELLIPSIS, str::trim_start),
+            trail.as_deref().map_or(ELLIPSIS, str::trim_end)
+        );
         let (snippet, highlights) = parse_marked(&marked, &open, &close);
+        let highlights = join_word_parts(&snippet, highlights);
         hits.push(SearchHit {
             session_id,
             title: r.try_get(1)?,
@@ -338,6 +344,32 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
     }
     mark_abandoned(c, &mut hits)?;
     Ok(hits)
+}
+
+/// Characters that join the parts of one word (`e-mail`, `don't`): PostgreSQL highlights
+/// each part of a matched word on its own (`[e]-[mail]`); FTS5 highlights the phrase it
+/// matched (`[e-mail]`). Joining ranges separated by these alone gives the same meaning.
+const WORD_JOINERS: [char; 3] = ['-', '\'', '\u{2019}'];
+
+/// `ranges` (sorted, as [`parse_marked`] gives them) with neighbours separated only by
+/// [`WORD_JOINERS`] joined into one.
+fn join_word_parts(snippet: &str, ranges: Vec<[usize; 2]>) -> Vec<[usize; 2]> {
+    let chars: Vec<char> = snippet.chars().collect();
+    let mut out: Vec<[usize; 2]> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last)
+                if r[0] > last[1]
+                    && chars
+                        .get(last[1]..r[0])
+                        .is_some_and(|gap| gap.iter().all(|c| WORD_JOINERS.contains(c))) =>
+            {
+                last[1] = r[1];
+            }
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// Marks the hits a later rewind hides, reading each session's rewinds once.

@@ -213,6 +213,11 @@ fn plain_search_finds_and_highlights_what_sqlite_finds() {
         );
         assert!(!hit.snippet.contains('\u{E000}') && !hit.snippet.contains('\u{E002}'));
     }
+    // Whole short texts, punctuation included, as SQLite's snippets.
+    let snippets = |hits: &[SearchHit]| -> HashSet<String> {
+        hits.iter().map(|h| h.snippet.clone()).collect()
+    };
+    assert_eq!(snippets(&hits), snippets(&sqlite));
     let both = search(&mut t.pg, &plain("rivers otter")).unwrap();
     assert_eq!(
         keys(&both),
@@ -232,11 +237,11 @@ fn plain_search_finds_and_highlights_what_sqlite_finds() {
         "*",
     ] {
         let pg = search(&mut t.pg, &plain(q)).unwrap();
-        assert_eq!(
-            key_set(&pg),
-            key_set(&t.sqlite.search(&plain(q)).unwrap()),
-            "{q}"
-        );
+        let sqlite = t.sqlite.search(&plain(q)).unwrap();
+        assert_eq!(key_set(&pg), key_set(&sqlite), "{q}");
+        for (p, s) in pg.iter().zip(&sqlite) {
+            assert_eq!(highlighted(p), highlighted(s), "{q}");
+        }
     }
     assert!(
         search(&mut t.pg, &plain("otter narwhal"))
@@ -481,6 +486,18 @@ fn hostile_queries_are_results_or_bad_query() {
     );
     let phrase = search(&mut t.pg, &fts("\"otter otter\"")).unwrap();
     assert_eq!(phrase.len(), 1);
+}
+
+#[test]
+fn the_parts_of_a_word_are_one_highlight() {
+    let text = "my e-mail, don\u{2019}t - x";
+    let r = join_word_parts(
+        text,
+        vec![[3, 4], [5, 9], [11, 14], [15, 16], [17, 18], [19, 20]],
+    );
+    assert_eq!(r, vec![[3, 9], [11, 16], [17, 18], [19, 20]]);
+    assert_eq!(join_word_parts("a-b", vec![[0, 1]]), vec![[0, 1]]);
+    assert!(join_word_parts("", vec![]).is_empty());
 }
 
 /// Any text is a valid plain query: its words always make a tsquery.
