@@ -8,7 +8,6 @@ use crate::support::user;
 
 conformance!(
     delete_removes_the_session_and_its_events_and_nothing_else,
-    #[ignore = "needs the PostgreSQL reads"]
     delete_keeps_the_sessions_ledger_rows,
 );
 

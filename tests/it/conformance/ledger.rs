@@ -7,7 +7,6 @@ use super::{Db, new_session};
 
 conformance!(
     recorded_calls_get_increasing_ids,
-    #[ignore = "needs the PostgreSQL reads"]
     usage_sums_calls_per_purpose_and_per_session,
 );
 

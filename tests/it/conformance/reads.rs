@@ -7,13 +7,9 @@ use super::{Db, log, new_session};
 use crate::support::{answer, compaction, user};
 
 conformance!(
-    #[ignore = "needs the PostgreSQL reads"]
     reads_return_what_the_writes_wrote,
-    #[ignore = "needs the PostgreSQL reads"]
     the_list_pages_newest_first_through_its_cursor,
-    #[ignore = "needs the PostgreSQL reads"]
     plain_search_finds_every_word_of_a_message,
-    #[ignore = "needs the PostgreSQL reads"]
     a_transcript_page_holds_the_newest_items,
 );
 

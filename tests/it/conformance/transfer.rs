@@ -10,7 +10,6 @@ conformance!(
     an_imported_log_reads_back_byte_for_byte,
     extending_an_import_continues_the_seqs_exactly,
     a_bad_import_is_refused_and_writes_nothing,
-    #[ignore = "needs the PostgreSQL reads"]
     export_of_an_import_is_byte_identical_through_the_cli,
 );
 

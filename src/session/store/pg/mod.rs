@@ -10,6 +10,8 @@
 //! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
 //! `sslmode` means none, as `sslmode=disable`.
 
+#[cfg(test)]
+mod fixture;
 pub mod ledger;
 pub mod list;
 pub mod read;
@@ -112,6 +114,19 @@ impl PgStore {
     fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
         Ok(self.pool.get()?)
     }
+
+    /// Runs a read of several statements in one read-only `REPEATABLE READ` transaction, so
+    /// it sees one moment of the log (as SQLite's reader transactions do).
+    fn in_snapshot<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        let mut tx = read::snapshot(&mut conn)?;
+        let out = f(&mut tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
 }
 
 impl Backend for PgStore {
@@ -135,7 +150,7 @@ impl Backend for PgStore {
         read::events(&mut *self.conn()?, id, after_seq, limit)
     }
     fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
-        read::events_for_context(&mut *self.conn()?, id)
+        self.in_snapshot(|t| read::events_for_context(t, id))
     }
     fn transcript_page(
         &self,
@@ -144,7 +159,7 @@ impl Backend for PgStore {
         limit: usize,
         active: Option<(u64, u32)>,
     ) -> Result<Page> {
-        read::transcript_page(&mut *self.conn()?, id, before_seq, limit, active)
+        self.in_snapshot(|t| read::transcript_page(t, id, before_seq, limit, active))
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         read::session_ids(&mut *self.conn()?)
@@ -153,7 +168,7 @@ impl Backend for PgStore {
         list::list_sessions(&mut *self.conn()?, q)
     }
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
-        list::search(&mut *self.conn()?, q)
+        self.in_snapshot(|t| list::search(t, q))
     }
     fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
         ledger::usage(&mut *self.conn()?, session)
