@@ -1,0 +1,169 @@
+//! Coordination between servers sharing one database (SPEC §16), behind one small
+//! interface the engine holds without knowing the store's backend.
+//!
+//! - [`LocalCoordinator`] (SQLite, one server: the lock file of §12 guarantees it): claims
+//!   are free and nothing runs elsewhere; the engine's own registry is the whole truth.
+//! - [`PgCoordinator`] (PostgreSQL): a claim is an advisory lock on the session, stop
+//!   requests travel by `NOTIFY` (see [`crate::session::store::pg::coord`]).
+//!
+//! A claim covers what I7 excludes: a running attempt (from before its user message is
+//! written until just before its `end` frame), a compaction by hand, and a delete.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::engine::{Engine, EngineError, lock};
+use super::frames::Subscription;
+use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
+use crate::session::{SessionId, StoreError};
+
+/// A session claimed by this server; released when dropped.
+pub struct Claim {
+    _held: Option<Box<dyn Send>>,
+}
+
+impl Claim {
+    /// A claim that holds nothing (one server: the engine's registry excludes the rest).
+    pub fn local() -> Claim {
+        Claim { _held: None }
+    }
+}
+
+/// What the engine asks of the other servers.
+pub trait Coordinator: Send + Sync {
+    /// Whether attempts may run on other servers (else the engine never asks below).
+    fn shared(&self) -> bool;
+
+    /// Claims the session across servers: `None` when another holder has it (a running
+    /// attempt, a compaction or a delete, on any server).
+    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError>;
+
+    /// Which of `ids` are claimed now, by any server.
+    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError>;
+
+    /// Asks whichever server runs the session's attempt to stop it.
+    fn request_stop(&self, id: SessionId) -> Result<(), StoreError>;
+
+    /// Delivers the stop requests of other servers to `on_stop`, from now on.
+    fn listen(&self, on_stop: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()>;
+}
+
+/// One server alone on its database.
+pub struct LocalCoordinator;
+
+impl Coordinator for LocalCoordinator {
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn claim(&self, _: SessionId) -> Result<Option<Claim>, StoreError> {
+        Ok(Some(Claim::local()))
+    }
+
+    fn claimed(&self, _: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
+        Ok(HashSet::new())
+    }
+
+    fn request_stop(&self, _: SessionId) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn listen(&self, _: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Coordinator for PgCoordinator {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError> {
+        Ok(self.try_lock(id)?.map(|l: SessionLock| Claim {
+            _held: Some(Box::new(l)),
+        }))
+    }
+
+    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
+        self.locked(ids)
+    }
+
+    fn request_stop(&self, id: SessionId) -> Result<(), StoreError> {
+        self.notify_stop(id)
+    }
+
+    fn listen(&self, on_stop: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()> {
+        self.listen_stops(on_stop)
+    }
+}
+
+impl Engine {
+    /// Claims the session for an attempt, a compaction or a delete: `turn_in_flight` when
+    /// another holds it (I7 across servers).
+    pub(super) fn claim(&self, id: SessionId) -> Result<Claim, EngineError> {
+        self.inner.coord.claim(id)?.ok_or(EngineError::TurnInFlight)
+    }
+
+    /// Which of `ids` are claimed by some server (none without other servers). A failed
+    /// look is logged and counts as none: a list page still answers.
+    pub(super) fn claimed_elsewhere(&self, ids: &[SessionId]) -> HashSet<SessionId> {
+        if !self.inner.coord.shared() {
+            return HashSet::new();
+        }
+        self.inner.coord.claimed(ids).unwrap_or_else(|e| {
+            log::warn!("cannot tell which sessions other servers are answering: {e}");
+            HashSet::new()
+        })
+    }
+
+    /// Which of `ids` have an attempt running, here or elsewhere: one look for a page.
+    pub fn turns_active(&self, ids: &[SessionId]) -> HashSet<SessionId> {
+        let mut active = self.claimed_elsewhere(ids);
+        let turns = lock(&self.inner.turns);
+        active.extend(
+            ids.iter()
+                .filter(|id| turns.get(id).is_some_and(|t| !t.is_done())),
+        );
+        active
+    }
+
+    /// `/stop` of an attempt this server does not run: sent to whichever does.
+    pub(super) fn stop_elsewhere(&self, id: SessionId) -> Result<(), EngineError> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return Err(EngineError::NoActiveTurn);
+        }
+        self.inner.coord.request_stop(id)?;
+        Ok(())
+    }
+
+    /// `/live` of an attempt this server does not run, followed through its log; `None`
+    /// when no server runs one.
+    pub(super) fn live_elsewhere(
+        &self,
+        id: SessionId,
+    ) -> Result<Option<Subscription>, EngineError> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return Ok(None);
+        }
+        super::follow::spawn(&self.inner, id).map(Some)
+    }
+
+    /// Stops this server's attempts that other servers were asked to stop.
+    pub(super) fn listen_for_stops(&self) {
+        if !self.inner.coord.shared() {
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        let on_stop = move |id: SessionId| {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            if let Some(t) = lock(&inner.turns).get(&id).filter(|t| !t.is_done()) {
+                t.request_stop();
+            }
+        };
+        if let Err(e) = self.inner.coord.listen(Box::new(on_stop)) {
+            log::error!("cannot listen for stop requests from other servers: {e}");
+        }
+    }
+}

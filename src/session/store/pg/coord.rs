@@ -1,0 +1,283 @@
+//! Several servers on one PostgreSQL (SPEC §16): which server runs a session's attempt,
+//! and how the others reach it.
+//!
+//! - **One turn at a time across servers (I7)**: a session-level advisory lock per claimed
+//!   session (`pg_try_advisory_lock` on a key folded from the session id), held on a
+//!   connection of its own for as long as the claim lives. A server that dies closes its
+//!   connections and PostgreSQL releases their locks, so the session is free at once.
+//!   One connection per held lock (not one per server) because a lock is then exactly as
+//!   alive as its connection: a broken connection loses only its own lock, and re-entrant
+//!   session-level locks on a shared connection cannot let a second local holder in by
+//!   mistake. Connections of released locks are kept for reuse (up to
+//!   [`IDLE_CONNECTIONS`]), so a send does not pay a connect.
+//! - **Who holds what**: one query of `pg_locks` for a page of ids (granted advisory locks
+//!   of this database): no lock is taken, so a look never makes a send fail.
+//! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] with the session id; every
+//!   server LISTENs on a dedicated connection on a thread of its own, reconnecting with a
+//!   backoff when it drops.
+//!
+//! Each connection comes from one connect function, so the caller decides TLS
+//! ([`PgCoordinator::with_connector`]); [`PgCoordinator::from_url`] connects without TLS.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+
+use crate::session::events::SessionId;
+use crate::session::store::Result;
+
+/// The channel `/stop` requests travel on; the payload is the session id.
+pub const STOP_CHANNEL: &str = "brain_stop";
+/// Connections of released locks kept for the next claim.
+pub const IDLE_CONNECTIONS: usize = 8;
+/// How long the listener waits for a notification before it checks its connection and
+/// whether it should end.
+pub const LISTEN_WAIT: Duration = Duration::from_millis(500);
+/// The listener's first and longest wait before reconnecting.
+pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Opens one connection to the database.
+pub type Connector = Arc<dyn Fn() -> std::result::Result<Client, postgres::Error> + Send + Sync>;
+
+/// The advisory-lock key of a session: its UUID's two halves XORed (a UUID v7's random
+/// bits are spread over both). Lock keys live in their own space (the single-`bigint`
+/// form), per database.
+pub fn lock_key(id: SessionId) -> i64 {
+    let v = id.as_uuid().as_u128();
+    ((v >> 64) as u64 ^ v as u64) as i64
+}
+
+/// The coordination of the servers sharing one PostgreSQL database.
+pub struct PgCoordinator {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connect: Connector,
+    idle: Mutex<Vec<Client>>,
+    /// Set when the coordinator is dropped: the listener ends.
+    closed: AtomicBool,
+    /// The listener's backend, once it listens (0 before).
+    listener_pid: AtomicI32,
+    /// How many times the listener has started listening (reconnects included).
+    listens: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PgCoordinator {
+    /// The coordinator of the database at `url`, connecting without TLS. Connects once to
+    /// say now, not at the first send, when the database cannot be reached.
+    pub fn from_url(url: &str) -> Result<PgCoordinator> {
+        let url = url.to_owned();
+        PgCoordinator::with_connector(Arc::new(move || Client::connect(&url, NoTls)))
+    }
+
+    /// The coordinator of the database `connect` opens connections to (with the store's
+    /// TLS settings, when it has them).
+    pub fn with_connector(connect: Connector) -> Result<PgCoordinator> {
+        let first = connect()?;
+        Ok(PgCoordinator {
+            shared: Arc::new(Shared {
+                connect,
+                idle: Mutex::new(vec![first]),
+                closed: AtomicBool::new(false),
+                listener_pid: AtomicI32::new(0),
+                listens: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Takes the session's lock unless another connection (another server, or another
+    /// claim of this one) holds it: `None` then.
+    pub fn try_lock(&self, id: SessionId) -> Result<Option<SessionLock>> {
+        let key = lock_key(id);
+        let mut client = self.shared.client()?;
+        let row = client.query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])?;
+        let (got, pid): (bool, i32) = (row.try_get(0)?, row.try_get(1)?);
+        if !got {
+            self.shared.give_back(client);
+            return Ok(None);
+        }
+        Ok(Some(SessionLock {
+            shared: Arc::clone(&self.shared),
+            client: Some(client),
+            key,
+            pid,
+        }))
+    }
+
+    /// Which of `ids` some server holds the lock of now (this one included), in one query.
+    pub fn locked(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let keys: Vec<i64> = ids.iter().map(|id| lock_key(*id)).collect();
+        let mut client = self.shared.client()?;
+        // A bigint key k shows as classid = k >> 32, objid = its low half, objsubid = 1.
+        let rows = client.query(
+            "SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
+             WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND ((classid::bigint << 32) | objid::bigint) = ANY($1)",
+            &[&keys],
+        )?;
+        self.shared.give_back(client);
+        let held: HashSet<i64> = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(ids
+            .iter()
+            .copied()
+            .filter(|id| held.contains(&lock_key(*id)))
+            .collect())
+    }
+
+    /// Asks the server running the session's attempt to stop it (every listener hears it).
+    pub fn notify_stop(&self, id: SessionId) -> Result<()> {
+        let mut client = self.shared.client()?;
+        client.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&STOP_CHANNEL, &id.to_string()],
+        )?;
+        self.shared.give_back(client);
+        Ok(())
+    }
+
+    /// Starts the listener thread: `on_stop` gets the session id of every stop request,
+    /// from any server, until the coordinator is dropped.
+    pub fn listen_stops(
+        &self,
+        on_stop: Box<dyn Fn(SessionId) + Send + Sync>,
+    ) -> std::io::Result<()> {
+        let shared = Arc::clone(&self.shared);
+        thread::Builder::new()
+            .name("brain-pg-listen".into())
+            .spawn(move || shared.listen(&*on_stop))?;
+        Ok(())
+    }
+
+    /// The listener's backend process id, once it listens (for tests that cut it off).
+    pub fn listener_pid(&self) -> Option<i32> {
+        Some(self.shared.listener_pid.load(Ordering::SeqCst)).filter(|p| *p != 0)
+    }
+
+    /// How many times the listener has started listening, reconnects included.
+    pub fn listens(&self) -> u64 {
+        self.shared.listens.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for PgCoordinator {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    /// An idle connection that is still open, or a new one.
+    fn client(&self) -> Result<Client> {
+        while let Some(c) = lock(&self.idle).pop() {
+            if !c.is_closed() {
+                return Ok(c);
+            }
+        }
+        Ok((self.connect)()?)
+    }
+
+    fn give_back(&self, client: Client) {
+        let mut idle = lock(&self.idle);
+        if idle.len() < IDLE_CONNECTIONS && !client.is_closed() {
+            idle.push(client);
+        }
+    }
+
+    fn listen(&self, on_stop: &(dyn Fn(SessionId) + Send + Sync)) {
+        let mut backoff = RECONNECT_MIN_BACKOFF;
+        while !self.closed.load(Ordering::SeqCst) {
+            match self.listen_once(on_stop) {
+                Ok(()) => backoff = RECONNECT_MIN_BACKOFF,
+                Err(e) => {
+                    self.listener_pid.store(0, Ordering::SeqCst);
+                    log::warn!("the stop listener lost its database connection: {e}");
+                    thread::sleep(backoff);
+                    backoff = (backoff * 2).min(RECONNECT_MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Listens on one connection until it closes or the coordinator is dropped.
+    fn listen_once(
+        &self,
+        on_stop: &(dyn Fn(SessionId) + Send + Sync),
+    ) -> std::result::Result<(), String> {
+        let failed = |e: postgres::Error| e.to_string();
+        let mut client = (self.connect)().map_err(failed)?;
+        client
+            .batch_execute(&format!("LISTEN {STOP_CHANNEL}"))
+            .map_err(failed)?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .and_then(|r| r.try_get(0))
+            .map_err(failed)?;
+        self.listener_pid.store(pid, Ordering::SeqCst);
+        self.listens.fetch_add(1, Ordering::SeqCst);
+        while !self.closed.load(Ordering::SeqCst) {
+            {
+                let mut notes = client.notifications();
+                let mut waiting = notes.timeout_iter(LISTEN_WAIT);
+                while let Some(n) = waiting.next().map_err(failed)? {
+                    match n.payload().parse::<SessionId>() {
+                        Ok(id) if n.channel() == STOP_CHANNEL => on_stop(id),
+                        _ => log::warn!("ignored a notification {:?}", n.payload()),
+                    }
+                }
+            }
+            // A timeout and a lost connection look alike to the iterator.
+            if client.is_closed() {
+                return Err("the listening connection closed".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A held session lock; released when dropped (the attempt, compaction or delete ended).
+pub struct SessionLock {
+    shared: Arc<Shared>,
+    client: Option<Client>,
+    key: i64,
+    pid: i32,
+}
+
+impl SessionLock {
+    /// The backend holding the lock (for tests that kill it).
+    pub fn backend_pid(&self) -> i32 {
+        self.pid
+    }
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        // Unlocked explicitly, not by closing: when this returns the lock is free, so a
+        // client told the attempt ended may send the next message to any server at once.
+        match client.query_one("SELECT pg_advisory_unlock($1)", &[&self.key]) {
+            Ok(row) if row.try_get::<_, bool>(0).unwrap_or(false) => self.shared.give_back(client),
+            Ok(_) => log::warn!("a session lock was already gone when released"),
+            Err(e) => log::warn!("a session lock's connection broke (the lock went with it): {e}"),
+        }
+    }
+}
