@@ -281,3 +281,127 @@ impl Drop for SessionLock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::session::store::pg::testdb;
+
+    const DEADLINE: Duration = Duration::from_secs(20);
+
+    /// Waits for `ok` to hold, up to [`DEADLINE`].
+    fn eventually(mut ok: impl FnMut() -> bool) -> bool {
+        let until = Instant::now() + DEADLINE;
+        while Instant::now() < until {
+            if ok() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn coordinator(db: &testdb::TestDb) -> PgCoordinator {
+        PgCoordinator::from_url(&db.url).expect("connects to the test database")
+    }
+
+    fn terminate(db: &testdb::TestDb, pid: i32) {
+        let mut admin = Client::connect(&db.url, NoTls).expect("admin connection");
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .expect("terminates the backend");
+    }
+
+    #[test]
+    fn a_session_lock_excludes_every_other_holder_until_it_is_released() {
+        let Some(db) = testdb::fresh("a_session_lock_excludes_every_other_holder") else {
+            return;
+        };
+        let (here, there) = (coordinator(&db), coordinator(&db));
+        let (id, other) = (SessionId::generate(), SessionId::generate());
+        let held = here.try_lock(id).unwrap().expect("free at first");
+        assert!(there.try_lock(id).unwrap().is_none(), "another server");
+        assert!(here.try_lock(id).unwrap().is_none(), "another claim here");
+        let other_held = there
+            .try_lock(other)
+            .unwrap()
+            .expect("another session is free");
+        let both = there.locked(&[id, other, SessionId::generate()]).unwrap();
+        assert_eq!(both, HashSet::from([id, other]));
+        drop(held);
+        // Released synchronously: free at once, for everyone.
+        let again = there.try_lock(id).unwrap().expect("free once released");
+        assert_eq!(here.locked(&[id]).unwrap(), HashSet::from([id]));
+        drop((again, other_held));
+        assert!(here.locked(&[id, other]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn locks_of_another_database_on_the_same_server_do_not_count() {
+        let (Some(a), Some(b)) = (testdb::fresh("locks_a"), testdb::fresh("locks_b")) else {
+            return;
+        };
+        let id = SessionId::generate();
+        let _held = coordinator(&a).try_lock(id).unwrap().expect("free");
+        let elsewhere = coordinator(&b);
+        assert!(elsewhere.locked(&[id]).unwrap().is_empty());
+        assert!(elsewhere.try_lock(id).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lock_goes_with_its_connection_when_the_server_holding_it_dies() {
+        let Some(db) = testdb::fresh("a_lock_goes_with_its_connection") else {
+            return;
+        };
+        let (dying, other) = (coordinator(&db), coordinator(&db));
+        let id = SessionId::generate();
+        let held = dying.try_lock(id).unwrap().expect("free");
+        assert!(other.try_lock(id).unwrap().is_none());
+        // What a killed server's connection looks like from the database.
+        terminate(&db, held.backend_pid());
+        assert!(
+            eventually(|| other.try_lock(id).is_ok_and(|l| l.is_some())),
+            "the lock was not released with its backend"
+        );
+        // Its holder finds out only when it lets go: logged, no panic.
+        drop(held);
+        // Dropping the connection (a process exit) releases it too.
+        let id = SessionId::generate();
+        let mut held = dying.try_lock(id).unwrap().expect("free");
+        drop(held.client.take());
+        assert!(eventually(|| other.try_lock(id).is_ok_and(|l| l.is_some())));
+    }
+
+    #[test]
+    fn a_stop_request_reaches_the_listener_of_another_server_even_after_it_reconnects() {
+        let Some(db) = testdb::fresh("a_stop_request_reaches_the_listener") else {
+            return;
+        };
+        let (sender, listener) = (coordinator(&db), coordinator(&db));
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        listener
+            .listen_stops(Box::new(move |id| {
+                let _ = lock(&tx).send(id);
+            }))
+            .unwrap();
+        assert!(eventually(|| listener.listens() == 1), "never listened");
+        let id = SessionId::generate();
+        sender.notify_stop(id).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(id));
+        // Its connection is cut: it listens again on a new one, and hears the next one.
+        let pid = listener.listener_pid().expect("listening");
+        terminate(&db, pid);
+        assert!(
+            eventually(|| listener.listens() == 2 && listener.listener_pid().is_some()),
+            "did not reconnect"
+        );
+        assert_ne!(listener.listener_pid(), Some(pid));
+        let next = SessionId::generate();
+        sender.notify_stop(next).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(next));
+    }
+}
