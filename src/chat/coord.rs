@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::engine::{Engine, EngineError, lock};
 use super::frames::Subscription;
+pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
 use crate::session::{SessionId, StoreError};
 
@@ -41,11 +42,11 @@ pub trait Coordinator: Send + Sync {
     /// Which of `ids` are claimed now, by any server.
     fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError>;
 
-    /// Asks whichever server runs the session's attempt to stop it.
-    fn request_stop(&self, id: SessionId) -> Result<(), StoreError>;
+    /// Tells every server; the one running the note's session acts on it.
+    fn notify(&self, note: &Note) -> Result<(), StoreError>;
 
-    /// Delivers the stop requests of other servers to `on_stop`, from now on.
-    fn listen(&self, on_stop: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()>;
+    /// Delivers the notes of every server to `on_note`, from now on.
+    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()>;
 }
 
 /// One server alone on its database.
@@ -64,11 +65,11 @@ impl Coordinator for LocalCoordinator {
         Ok(HashSet::new())
     }
 
-    fn request_stop(&self, _: SessionId) -> Result<(), StoreError> {
+    fn notify(&self, _: &Note) -> Result<(), StoreError> {
         Ok(())
     }
 
-    fn listen(&self, _: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()> {
+    fn listen(&self, _: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -88,12 +89,12 @@ impl Coordinator for PgCoordinator {
         self.locked(ids)
     }
 
-    fn request_stop(&self, id: SessionId) -> Result<(), StoreError> {
-        self.notify_stop(id)
+    fn notify(&self, note: &Note) -> Result<(), StoreError> {
+        PgCoordinator::notify(self, note)
     }
 
-    fn listen(&self, on_stop: Box<dyn Fn(SessionId) + Send + Sync>) -> std::io::Result<()> {
-        self.listen_stops(on_stop)
+    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
+        PgCoordinator::listen(self, on_note)
     }
 }
 
@@ -132,7 +133,7 @@ impl Engine {
         if !self.claimed_elsewhere(&[id]).contains(&id) {
             return Err(EngineError::NoActiveTurn);
         }
-        self.inner.coord.request_stop(id)?;
+        self.inner.coord.notify(&Note::Stop(id))?;
         Ok(())
     }
 
@@ -148,22 +149,82 @@ impl Engine {
         super::follow::spawn(&self.inner, id).map(Some)
     }
 
-    /// Stops this server's attempts that other servers were asked to stop.
-    pub(super) fn listen_for_stops(&self) {
+    /// The attempt another server runs, as its log shows it (for the transcript).
+    pub(super) fn attempt_elsewhere(&self, id: SessionId) -> Option<(u64, u32)> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return None;
+        }
+        match self.inner.store.events_for_context(id) {
+            Ok(events) => Some(super::follow::Follow::new(id, &events).running()),
+            Err(e) => {
+                log::warn!("cannot read the log of {id}: {e}");
+                None
+            }
+        }
+    }
+
+    /// A permission answer for an attempt this server does not run: sent to whichever
+    /// does, if the log shows that call waiting (else 404 `no_pending_permission`).
+    pub(super) fn answer_elsewhere(
+        &self,
+        id: SessionId,
+        call_id: &str,
+        answer: super::consent::Answer,
+    ) -> Result<(), EngineError> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return Err(EngineError::NoPendingPermission);
+        }
+        let events = self.inner.store.events_for_context(id)?;
+        let mut log = super::follow::Follow::new(id, &events);
+        log.feed(&events, true);
+        if !log.waiting(call_id) {
+            return Err(EngineError::NoPendingPermission);
+        }
+        self.inner.coord.notify(&Note::Answer {
+            session: id,
+            call_id: call_id.to_owned(),
+            allow: answer.allow,
+            remember: answer.remember,
+        })?;
+        Ok(())
+    }
+
+    /// Acts on what other servers ask of this one's attempts: stops and permission answers.
+    pub(super) fn listen_to_others(&self) {
         if !self.inner.coord.shared() {
             return;
         }
         let inner = Arc::downgrade(&self.inner);
-        let on_stop = move |id: SessionId| {
+        let on_note = move |note: Note| {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            if let Some(t) = lock(&inner.turns).get(&id).filter(|t| !t.is_done()) {
-                t.request_stop();
+            let id = match &note {
+                Note::Stop(id) | Note::Answer { session: id, .. } => *id,
+            };
+            let turn = lock(&inner.turns)
+                .get(&id)
+                .filter(|t| !t.is_done())
+                .cloned();
+            let Some(turn) = turn else {
+                return;
+            };
+            match note {
+                Note::Stop(_) => turn.request_stop(),
+                Note::Answer {
+                    call_id,
+                    allow,
+                    remember,
+                    ..
+                } => {
+                    let answer = super::consent::Answer { allow, remember };
+                    // Answered meanwhile (its timeout, another answer): nothing waits.
+                    let _ = super::consent::answer_waiting(&turn, &call_id, answer);
+                }
             }
         };
-        if let Err(e) = self.inner.coord.listen(Box::new(on_stop)) {
-            log::error!("cannot listen for stop requests from other servers: {e}");
+        if let Err(e) = self.inner.coord.listen(Box::new(on_note)) {
+            log::error!("cannot listen for requests from other servers: {e}");
         }
     }
 }

@@ -214,7 +214,7 @@ impl Engine {
                 coord,
             }),
         };
-        engine.listen_for_stops();
+        engine.listen_to_others();
         engine
     }
 
@@ -478,10 +478,11 @@ impl Engine {
     /// The session's running attempt as (turn, attempt), if one is running: the transcript
     /// shows its checkpoints as the answer so far, not as a cut-off one.
     pub fn active_attempt(&self, id: SessionId) -> Option<(u64, u32)> {
-        lock(&self.inner.turns)
+        let here = lock(&self.inner.turns)
             .get(&id)
             .filter(|t| !t.is_done())
-            .map(|t| (t.turn, t.attempt))
+            .map(|t| (t.turn, t.attempt));
+        here.or_else(|| self.attempt_elsewhere(id))
     }
 
     pub(super) fn accepting(&self) -> Result<(), EngineError> {

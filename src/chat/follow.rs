@@ -78,6 +78,20 @@ impl Follow {
         f
     }
 
+    /// The attempt the log says runs, when some server holds the session: the newest
+    /// one if it has not ended (and belongs to the newest message), else the next one.
+    pub fn running(&self) -> (u64, u32) {
+        match self.newest {
+            Some(p) if !self.ended.contains(&p) && p.0 >= self.newest_turn => p,
+            _ => self.next,
+        }
+    }
+
+    /// Whether the followed attempt waits on the user's answer about `call_id`.
+    pub fn waiting(&self, call_id: &str) -> bool {
+        self.asked.contains(call_id)
+    }
+
     /// The newest seq fed so far: the next read starts after it.
     pub fn after_seq(&self) -> u64 {
         self.after_seq
@@ -573,15 +587,33 @@ mod tests {
     }
 
     #[test]
+    fn the_running_attempt_is_the_unended_newest_or_the_next_one() {
+        let id = SessionId::generate();
+        let mut log = Log::new("sys");
+        let turn = log.user("hi");
+        assert_eq!(Follow::new(id, &log.events).running(), (turn, 1));
+        log.checkpoint(turn, 1, "so far");
+        assert_eq!(Follow::new(id, &log.events).running(), (turn, 1));
+        log.answer(turn, 1, "so far, done");
+        assert_eq!(Follow::new(id, &log.events).running(), (turn, 2));
+        let next = log.user("again");
+        assert_eq!(Follow::new(id, &log.events).running(), (next, 1));
+    }
+
+    #[test]
     fn permission_questions_of_the_attempt_and_their_answers_are_followed() {
         let id = SessionId::generate();
         let mut log = Log::new("sys");
         let turn = log.user("hi");
         let (mut f, _) = start(id, &log, true);
         let asked = log.asked(turn, "c1", "fs__write");
+        let frames = f.feed(&since(&log, &f), true);
+        assert!(f.waiting("c1") && !f.waiting("c2"));
+        assert_eq!(frames.len(), 2);
         let answered = log.answered("c1", "allow", false);
         log.answered("other", "deny", false);
-        let frames = f.feed(&since(&log, &f), true);
+        let frames = [frames, f.feed(&since(&log, &f), true)].concat();
+        assert!(!f.waiting("c1"), "answered");
         assert_eq!(frames[0], turn_frame(id, turn, 1));
         assert!(
             matches!(&frames[1], Frame::Permission { call_id, seq, .. } if call_id == "c1" && *seq == asked)

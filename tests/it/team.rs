@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brain::chat::consent::Answer;
 use brain::chat::engine::{Engine, EngineError, EngineSettings};
 use brain::chat::frames::{EndStatus, Frame, Next, Subscription};
 use brain::provider::{Provider, ProviderConfig};
@@ -119,6 +120,19 @@ fn another_server_refuses_a_second_turn_stops_the_running_one_and_follows_it() {
             .iter()
             .any(|e| e.kind == "pending_state")
     });
+    let Frame::Turn { turn, .. } = seen[0] else {
+        panic!("{seen:?}")
+    };
+    // The transcript on B shows A's checkpoints as the answer so far, not a cut-off one.
+    assert_eq!(t.b.active_attempt(id), Some((turn, 1)));
+    let no_question = Answer {
+        allow: true,
+        remember: false,
+    };
+    assert!(matches!(
+        t.b.answer_permission(id, "c1", no_question),
+        Err(EngineError::NoPendingPermission)
+    ));
     t.b.stop(id).unwrap();
     seen.extend(on_a);
     let (status, seq) = end(&seen);

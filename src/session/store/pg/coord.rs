@@ -14,7 +14,9 @@
 //!   of this database): no lock is taken, so a look never makes a send fail.
 //! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] with the session id; every
 //!   server LISTENs on a dedicated connection on a thread of its own, reconnecting with a
-//!   backoff when it drops.
+//!   backoff when it drops. A permission answer travels the same way on
+//!   [`ANSWER_CHANNEL`]. A notification sent while a listener reconnects is lost to it
+//!   (the user stops or answers again).
 //!
 //! Each connection comes from one connect function, so the caller decides TLS
 //! ([`PgCoordinator::with_connector`]); [`PgCoordinator::from_url`] connects without TLS.
@@ -29,10 +31,12 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 
 use crate::session::events::SessionId;
-use crate::session::store::Result;
+use crate::session::store::{Result, StoreError};
 
 /// The channel `/stop` requests travel on; the payload is the session id.
 pub const STOP_CHANNEL: &str = "brain_stop";
+/// The channel permission answers travel on; the payload is a [`Note::Answer`] as JSON.
+pub const ANSWER_CHANNEL: &str = "brain_answer";
 /// Connections of released locks kept for the next claim.
 pub const IDLE_CONNECTIONS: usize = 8;
 /// How long the listener waits for a notification before it checks its connection and
@@ -41,6 +45,20 @@ pub const LISTEN_WAIT: Duration = Duration::from_millis(500);
 /// The listener's first and longest wait before reconnecting.
 pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What one server asks of the one running a session's attempt.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Note {
+    /// Stop the attempt (`/stop`).
+    Stop(SessionId),
+    /// The user's answer to the call the attempt waits on (`POST …/permissions/{call_id}`).
+    Answer {
+        session: SessionId,
+        call_id: String,
+        allow: bool,
+        remember: bool,
+    },
+}
 
 /// Opens one connection to the database.
 pub type Connector = Arc<dyn Fn() -> std::result::Result<Client, postgres::Error> + Send + Sync>;
@@ -142,27 +160,29 @@ impl PgCoordinator {
             .collect())
     }
 
-    /// Asks the server running the session's attempt to stop it (every listener hears it).
-    pub fn notify_stop(&self, id: SessionId) -> Result<()> {
+    /// Tells every server (the one running the session's attempt acts on it).
+    pub fn notify(&self, note: &Note) -> Result<()> {
+        let (channel, payload) = match note {
+            Note::Stop(id) => (STOP_CHANNEL, id.to_string()),
+            Note::Answer { .. } => (
+                ANSWER_CHANNEL,
+                serde_json::to_string(note)
+                    .map_err(|e| StoreError::Corrupt(format!("an unencodable note: {e}")))?,
+            ),
+        };
         let mut client = self.shared.client()?;
-        client.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&STOP_CHANNEL, &id.to_string()],
-        )?;
+        client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])?;
         self.shared.give_back(client);
         Ok(())
     }
 
-    /// Starts the listener thread: `on_stop` gets the session id of every stop request,
-    /// from any server, until the coordinator is dropped.
-    pub fn listen_stops(
-        &self,
-        on_stop: Box<dyn Fn(SessionId) + Send + Sync>,
-    ) -> std::io::Result<()> {
+    /// Starts the listener thread: `on_note` gets every note, from any server, until the
+    /// coordinator is dropped.
+    pub fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
         let shared = Arc::clone(&self.shared);
         thread::Builder::new()
             .name("brain-pg-listen".into())
-            .spawn(move || shared.listen(&*on_stop))?;
+            .spawn(move || shared.listen(&*on_note))?;
         Ok(())
     }
 
@@ -201,10 +221,10 @@ impl Shared {
         }
     }
 
-    fn listen(&self, on_stop: &(dyn Fn(SessionId) + Send + Sync)) {
+    fn listen(&self, on_note: &(dyn Fn(Note) + Send + Sync)) {
         let mut backoff = RECONNECT_MIN_BACKOFF;
         while !self.closed.load(Ordering::SeqCst) {
-            match self.listen_once(on_stop) {
+            match self.listen_once(on_note) {
                 Ok(()) => backoff = RECONNECT_MIN_BACKOFF,
                 Err(e) => {
                     self.listener_pid.store(0, Ordering::SeqCst);
@@ -219,12 +239,12 @@ impl Shared {
     /// Listens on one connection until it closes or the coordinator is dropped.
     fn listen_once(
         &self,
-        on_stop: &(dyn Fn(SessionId) + Send + Sync),
+        on_note: &(dyn Fn(Note) + Send + Sync),
     ) -> std::result::Result<(), String> {
         let failed = |e: postgres::Error| e.to_string();
         let mut client = (self.connect)().map_err(failed)?;
         client
-            .batch_execute(&format!("LISTEN {STOP_CHANNEL}"))
+            .batch_execute(&format!("LISTEN {STOP_CHANNEL}; LISTEN {ANSWER_CHANNEL}"))
             .map_err(failed)?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
@@ -237,9 +257,9 @@ impl Shared {
                 let mut notes = client.notifications();
                 let mut waiting = notes.timeout_iter(LISTEN_WAIT);
                 while let Some(n) = waiting.next().map_err(failed)? {
-                    match n.payload().parse::<SessionId>() {
-                        Ok(id) if n.channel() == STOP_CHANNEL => on_stop(id),
-                        _ => log::warn!("ignored a notification {:?}", n.payload()),
+                    match note(n.channel(), n.payload()) {
+                        Some(note) => on_note(note),
+                        None => log::warn!("ignored a notification {:?}", n.payload()),
                     }
                 }
             }
@@ -249,6 +269,15 @@ impl Shared {
             }
         }
         Ok(())
+    }
+}
+
+/// A notification's note, unless it is not one.
+fn note(channel: &str, payload: &str) -> Option<Note> {
+    match channel {
+        STOP_CHANNEL => payload.parse().ok().map(Note::Stop),
+        ANSWER_CHANNEL => serde_json::from_str(payload).ok(),
+        _ => None,
     }
 }
 
@@ -384,14 +413,22 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         listener
-            .listen_stops(Box::new(move |id| {
-                let _ = lock(&tx).send(id);
+            .listen(Box::new(move |note| {
+                let _ = lock(&tx).send(note);
             }))
             .unwrap();
         assert!(eventually(|| listener.listens() == 1), "never listened");
         let id = SessionId::generate();
-        sender.notify_stop(id).unwrap();
-        assert_eq!(rx.recv_timeout(DEADLINE), Ok(id));
+        sender.notify(&Note::Stop(id)).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(id)));
+        let answer = Note::Answer {
+            session: id,
+            call_id: "call \"1\"".into(),
+            allow: true,
+            remember: false,
+        };
+        sender.notify(&answer).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(answer));
         // Its connection is cut: it listens again on a new one, and hears the next one.
         let pid = listener.listener_pid().expect("listening");
         terminate(&db, pid);
@@ -401,7 +438,7 @@ mod tests {
         );
         assert_ne!(listener.listener_pid(), Some(pid));
         let next = SessionId::generate();
-        sender.notify_stop(next).unwrap();
-        assert_eq!(rx.recv_timeout(DEADLINE), Ok(next));
+        sender.notify(&Note::Stop(next)).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(next)));
     }
 }
