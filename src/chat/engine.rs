@@ -311,6 +311,8 @@ impl Engine {
             .map(|t| (t.turn, t.attempt));
         let upto = self.inner.store.last_seq(id)?;
         drop(turns);
+        // One running on another server, as its log shows it (none on one server alone).
+        let active = active.or_else(|| self.attempt_elsewhere(id));
         let row = self
             .inner
             .store

@@ -133,6 +133,13 @@ fn another_server_refuses_a_second_turn_stops_the_running_one_and_follows_it() {
         t.b.answer_permission(id, "c1", no_question),
         Err(EngineError::NoPendingPermission)
     ));
+    // A fork on B leaves A's running attempt out, as a fork on A would.
+    let fork = t.b.fork(id, None).unwrap();
+    let copied = t.store.events(fork.id, 0, None).unwrap();
+    assert!(
+        copied.iter().all(|e| e.kind != "pending_state"),
+        "{copied:?}"
+    );
     t.b.stop(id).unwrap();
     seen.extend(on_a);
     let (status, seq) = end(&seen);
