@@ -12,8 +12,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::engine::LIVE_RETENTION;
 use super::engine::{Engine, EngineError, lock};
-use super::frames::Subscription;
+use super::frames::{ActiveTurn, Subscription};
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
 use crate::session::{SessionId, StoreError};
@@ -143,10 +144,27 @@ impl Engine {
         &self,
         id: SessionId,
     ) -> Result<Option<Subscription>, EngineError> {
-        if !self.claimed_elsewhere(&[id]).contains(&id) {
+        if !self.inner.coord.shared() {
             return Ok(None);
         }
-        super::follow::spawn(&self.inner, id).map(Some)
+        if self.claimed_elsewhere(&[id]).contains(&id) {
+            return super::follow::spawn(&self.inner, id).map(Some);
+        }
+        // One that ended on another server within LIVE_RETENTION, replayed from its log.
+        let events = self.inner.store.events_for_context(id)?;
+        let Some((frames, ended_at)) = super::follow::Follow::replay(id, &events) else {
+            return Ok(None);
+        };
+        let now = self.inner.store.clock().now();
+        let recent = crate::clock::parse_timestamp(&ended_at)
+            .and_then(|t| std::time::Duration::try_from(now.duration_since(t)).ok())
+            .is_some_and(|ago| ago < LIVE_RETENTION);
+        if !recent {
+            return Ok(None);
+        }
+        let turn = Arc::new(ActiveTurn::new(id, 0, 0));
+        super::follow::deliver(&turn, frames);
+        Ok(Some(turn.subscribe()))
     }
 
     /// The attempt another server runs, as its log shows it (for the transcript).

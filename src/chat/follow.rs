@@ -78,6 +78,26 @@ impl Follow {
         f
     }
 
+    /// The newest attempt of `events` (the live tail, in seq order), if it has ended and
+    /// nothing newer was asked since: all its frames from its start, and when it ended
+    /// (its final event's `created_at`), for `/live` right after an attempt that ran on
+    /// another server.
+    pub fn replay(session_id: SessionId, events: &[Event]) -> Option<(Vec<Frame>, String)> {
+        let mut f = Follow::new(session_id, events);
+        let newest = f.newest?;
+        if !f.ended.remove(&newest) || newest.0 < f.newest_turn {
+            return None;
+        }
+        let frames = f.feed(events, true);
+        let ended_at = events
+            .iter()
+            .rev()
+            .find(|e| attempt_of(e) == Some((newest, true)))?
+            .created_at
+            .clone();
+        Some((frames, ended_at)).filter(|_| f.done())
+    }
+
     /// The attempt the log says runs, when some server holds the session: the newest
     /// one if it has not ended (and belongs to the newest message), else the next one.
     pub fn running(&self) -> (u64, u32) {
@@ -381,7 +401,7 @@ fn claimed(inner: &Inner, id: SessionId) -> bool {
 }
 
 /// Hands frames to the subscriber; `end` ends the followed attempt.
-fn deliver(turn: &ActiveTurn, frames: Vec<Frame>) {
+pub(super) fn deliver(turn: &ActiveTurn, frames: Vec<Frame>) {
     for f in frames {
         if matches!(f, Frame::End { .. }) {
             turn.finish(f);

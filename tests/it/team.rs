@@ -33,7 +33,8 @@ struct Team {
 fn team(test: &str, mock: &MockLlm) -> Option<Team> {
     let pg = testdb::fresh(test)?;
     let db = TempDb::new();
-    let store = Arc::new(db.open());
+    // A clock the tests move (for LIVE_RETENTION).
+    let store = Arc::new(db.open_with(brain::clock::Clock::manual(jiff::Timestamp::now())));
     let server = || {
         let mut cfg = ProviderConfig::new(&mock.url);
         cfg.first_token_timeout = Duration::from_secs(5);
@@ -151,6 +152,11 @@ fn another_server_refuses_a_second_turn_stops_the_running_one_and_follows_it() {
     // Free at once, from either server.
     assert!(!t.b.turn_active(id));
     assert!(matches!(t.b.stop(id), Err(EngineError::NoActiveTurn)));
+    // Within LIVE_RETENTION, `/live` on B replays the attempt that ran on A; after, 404.
+    let replayed = frames(t.b.live(id).unwrap());
+    assert_eq!(end(&replayed), (EndStatus::Interrupted, seq));
+    assert_eq!(text(&replayed), text(&seen));
+    t.store.clock().advance(jiff::SignedDuration::from_secs(31));
     assert!(matches!(t.b.live(id), Err(EngineError::NoActiveTurn)));
     mock.script(json!({"kind": "stream", "text": "from b"}));
     let f = frames(t.b.send(id, "now you", None).unwrap());

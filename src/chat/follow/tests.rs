@@ -208,6 +208,30 @@ fn the_running_attempt_is_the_unended_newest_or_the_next_one() {
 }
 
 #[test]
+fn an_attempt_just_ended_replays_whole_unless_something_newer_was_asked() {
+    let id = SessionId::generate();
+    let mut log = Log::new("sys");
+    let turn = log.user("hi");
+    log.checkpoint(turn, 1, "so ");
+    assert!(Follow::replay(id, &log.events).is_none(), "still running");
+    let answer = log.answer(turn, 1, "so done");
+    let (frames, ended_at) = Follow::replay(id, &log.events).expect("ended");
+    assert_eq!(frames[0], turn_frame(id, turn, 1));
+    assert_eq!(text(&frames), "so done");
+    assert_eq!(end(&frames), Some((EndStatus::Completed, Some(answer))));
+    assert_eq!(ended_at, log.events[answer as usize - 1].created_at);
+    log.user("next");
+    assert!(
+        Follow::replay(id, &log.events).is_none(),
+        "a newer message waits"
+    );
+    assert!(
+        Follow::replay(id, &Log::new("sys").events).is_none(),
+        "no attempt"
+    );
+}
+
+#[test]
 fn permission_questions_of_the_attempt_and_their_answers_are_followed() {
     let id = SessionId::generate();
     let mut log = Log::new("sys");
