@@ -335,11 +335,12 @@ pub(super) fn spawn(
     inner: &Arc<Inner>,
     id: SessionId,
 ) -> Result<Subscription, super::engine::EngineError> {
+    // The claim first, then the events, as in every read (see `poll`).
+    let held = claimed(inner, id);
     let initial = inner.store.events_for_context(id)?;
     let mut follow = Follow::new(id, &initial);
     let turn = Arc::new(ActiveTurn::new(id, 0, 0));
     let subscription = turn.subscribe();
-    let held = claimed(inner, id);
     deliver(&turn, follow.feed(&initial, held));
     if follow.done() {
         return Ok(subscription);
