@@ -3,17 +3,18 @@
 //!
 //! - [`LocalCoordinator`] (SQLite, one server: the lock file of §12 guarantees it): claims
 //!   are free and nothing runs elsewhere; the engine's own registry is the whole truth.
-//! - [`PgCoordinator`] (PostgreSQL): a claim is an advisory lock on the session, stop
-//!   requests travel by `NOTIFY` (see [`crate::session::store::pg::coord`]).
+//! - [`PgCoordinator`] (PostgreSQL): a claim is an advisory lock on the session; stops and
+//!   permission answers travel by `NOTIFY` (see [`crate::session::store::pg::coord`]).
 //!
 //! A claim covers what I7 excludes: a running attempt (from before its user message is
-//! written until just before its `end` frame), a compaction by hand, and a delete.
+//! written until just before its `end` frame), a compaction by hand, and a delete. Other
+//! servers see only the claim, so on PostgreSQL a compaction by hand or a delete under way
+//! counts as a turn for `turn_active`, `/stop` and `/live` while it lasts.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::engine::LIVE_RETENTION;
-use super::engine::{Engine, EngineError, lock};
+use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
