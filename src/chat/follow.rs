@@ -377,6 +377,8 @@ fn poll(inner: &Inner, id: SessionId, turn: &Arc<ActiveTurn>, mut follow: Follow
         let held = claimed(inner, id);
         let events = match inner.store.events(id, follow.after_seq(), None) {
             Ok(events) => events,
+            // Deleted: its claim is gone too, so this read ends the stream.
+            Err(crate::session::StoreError::SessionNotFound(_)) => Vec::new(),
             Err(e) => {
                 log::warn!("following {id}: cannot read its log: {e}");
                 continue;
