@@ -325,7 +325,14 @@ fn list(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiError>
         archived,
         query,
     })?;
-    let sessions: Vec<Value> = page.sessions.iter().map(|s| session_json(api, s)).collect();
+    // One look for the page's sessions (on PostgreSQL, one query for every server's).
+    let ids: Vec<SessionId> = page.sessions.iter().map(|s| s.id).collect();
+    let active = api.engine.turns_active(&ids);
+    let sessions: Vec<Value> = page
+        .sessions
+        .iter()
+        .map(|s| views::session(s, Some(active.contains(&s.id))))
+        .collect();
     let next = page
         .next
         .map(|c| json!({"before": c.updated_at, "before_id": c.id.to_string()}));

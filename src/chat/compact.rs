@@ -35,6 +35,8 @@ impl Engine {
         if self.turn_active(id) {
             return Err(EngineError::TurnInFlight);
         }
+        // No attempt starts on any server while this compaction runs.
+        let _claim = self.claim(id)?;
         let inner = &self.inner;
         inner.store.session(id)?;
         let s = &inner.settings;

@@ -162,17 +162,26 @@ impl Engine {
         answer: Answer,
     ) -> Result<(), EngineError> {
         let turn = lock(&self.inner.turns).get(&id).cloned();
-        let Some(turn) = turn.filter(|t| !t.is_done()) else {
-            return Err(EngineError::NoPendingPermission);
-        };
-        let waiting = lock(&turn.consent);
-        match waiting.as_ref() {
-            Some(w) if w.call_id == call_id => w
-                .answer
-                .send(answer)
-                .map_err(|_| EngineError::NoPendingPermission),
-            _ => Err(EngineError::NoPendingPermission),
+        match turn.filter(|t| !t.is_done()) {
+            Some(turn) => answer_waiting(&turn, call_id, answer),
+            None => self.answer_elsewhere(id, call_id, answer),
         }
+    }
+}
+
+/// Hands the answer to `turn` if it waits on `call_id`.
+pub(super) fn answer_waiting(
+    turn: &ActiveTurn,
+    call_id: &str,
+    answer: Answer,
+) -> Result<(), EngineError> {
+    let waiting = lock(&turn.consent);
+    match waiting.as_ref() {
+        Some(w) if w.call_id == call_id => w
+            .answer
+            .send(answer)
+            .map_err(|_| EngineError::NoPendingPermission),
+        _ => Err(EngineError::NoPendingPermission),
     }
 }
 

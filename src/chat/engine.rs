@@ -15,6 +15,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::breaker::Breakers;
+use super::coord::{Claim, Coordinator, LocalCoordinator};
 use super::frames::{ActiveTurn, Subscription};
 use crate::provider::Provider;
 use crate::session::compactor::Compactor;
@@ -156,6 +157,8 @@ pub(super) struct Inner {
     pub breakers: Mutex<Breakers>,
     /// Tools the users allowed for the rest of a session.
     pub remembered: super::consent::Remembered,
+    /// The other servers on the same database, if any (SPEC §16).
+    pub(super) coord: Arc<dyn Coordinator>,
 }
 
 /// The turn engine. Cheap to clone; every clone is the same engine.
@@ -180,8 +183,20 @@ impl Engine {
         settings: EngineSettings,
         tools: Arc<Tools>,
     ) -> Engine {
+        Engine::coordinated(store, provider, settings, tools, Arc::new(LocalCoordinator))
+    }
+
+    /// An engine sharing its database with other servers through `coord` (SPEC §16; a
+    /// [`crate::session::store::pg::coord::PgCoordinator`] on PostgreSQL).
+    pub fn coordinated(
+        store: Arc<Store>,
+        provider: Arc<Provider>,
+        settings: EngineSettings,
+        tools: Arc<Tools>,
+        coord: Arc<dyn Coordinator>,
+    ) -> Engine {
         let estimator = Arc::new(Estimator::new());
-        Engine {
+        let engine = Engine {
             inner: Arc::new(Inner {
                 compactor: Compactor::new(Arc::clone(&store), Arc::clone(&estimator)),
                 store,
@@ -196,8 +211,11 @@ impl Engine {
                 titling: Mutex::new(HashSet::new()),
                 breakers: Mutex::new(Breakers::default()),
                 remembered: super::consent::Remembered::default(),
+                coord,
             }),
-        }
+        };
+        engine.listen_to_others();
+        engine
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -248,6 +266,8 @@ impl Engine {
         if text.len() > limit {
             return Err(EngineError::MessageTooLarge(text.len(), limit));
         }
+        // I7 across servers: taken before anything is written.
+        let claim = self.claim(id)?;
         // The I7 check and the appends happen under the registry's lock, so a concurrent
         // send or edit of the same session either comes first or gets `turn_in_flight`.
         let mut turns = lock(&self.inner.turns);
@@ -268,7 +288,7 @@ impl Engine {
             )?
             .seq)
         })?;
-        Ok(self.start(&mut turns, ActiveTurn::new(id, seq, 1), model))
+        Ok(self.start(&mut turns, ActiveTurn::new(id, seq, 1), model, claim))
     }
 
     /// Forks the session through `through_seq` (default: the newest event of the current
@@ -291,6 +311,8 @@ impl Engine {
             .map(|t| (t.turn, t.attempt));
         let upto = self.inner.store.last_seq(id)?;
         drop(turns);
+        // One running on another server, as its log shows it (none on one server alone).
+        let active = active.or_else(|| self.attempt_elsewhere(id));
         let row = self
             .inner
             .store
@@ -301,6 +323,7 @@ impl Engine {
     /// Starts a new attempt of the newest user message, with exactly its original request.
     pub fn retry(&self, id: SessionId, model: Option<String>) -> Result<Subscription, EngineError> {
         self.accepting()?;
+        let claim = self.claim(id)?;
         let mut turns = lock(&self.inner.turns);
         self.admit(&turns, id)?;
         // Only the live tail can hold a retryable message: one compacted away is gone.
@@ -324,7 +347,7 @@ impl Engine {
             .max()
             .unwrap_or(0)
             + 1;
-        Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model))
+        Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model, claim))
     }
 
     /// A new attempt of the session may start: none of its own runs (I7), and the engine
@@ -354,8 +377,10 @@ impl Engine {
         turns: &mut HashMap<SessionId, Arc<ActiveTurn>>,
         turn: ActiveTurn,
         model: Option<String>,
+        claim: Claim,
     ) -> Subscription {
         let turn = Arc::new(turn);
+        turn.hold(claim);
         // Ended attempts are kept for `/live` only so long.
         turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
         turns.insert(turn.session_id, Arc::clone(&turn));
@@ -385,21 +410,26 @@ impl Engine {
         subscription
     }
 
-    /// Asks the session's active attempt to stop.
+    /// Asks the session's active attempt to stop, on this server or another.
     pub fn stop(&self, id: SessionId) -> Result<(), EngineError> {
-        match lock(&self.inner.turns).get(&id) {
-            Some(t) if !t.is_done() => {
-                t.request_stop();
-                Ok(())
-            }
-            _ => Err(EngineError::NoActiveTurn),
+        if let Some(t) = lock(&self.inner.turns).get(&id).filter(|t| !t.is_done()) {
+            t.request_stop();
+            return Ok(());
         }
+        self.stop_elsewhere(id)
     }
 
     /// The session's active attempt, or one that ended within [`LIVE_RETENTION`], from its
     /// first frame.
     pub fn live(&self, id: SessionId) -> Result<Subscription, EngineError> {
-        match lock(&self.inner.turns).get(&id) {
+        let local = lock(&self.inner.turns).get(&id).cloned();
+        if let Some(t) = local.as_ref().filter(|t| !t.is_done()) {
+            return Ok(t.subscribe());
+        }
+        if let Some(following) = self.live_elsewhere(id)? {
+            return Ok(following);
+        }
+        match local {
             Some(t) if t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION) => Ok(t.subscribe()),
             _ => Err(EngineError::NoActiveTurn),
         }
@@ -407,6 +437,7 @@ impl Engine {
 
     /// Deletes a session, unless one of its attempts is running (409 `turn_in_flight`).
     pub fn delete(&self, id: SessionId) -> Result<(), EngineError> {
+        let _claim = self.claim(id)?;
         let turns = lock(&self.inner.turns);
         if turns.get(&id).is_some_and(|t| !t.is_done()) {
             return Err(EngineError::TurnInFlight);
@@ -438,20 +469,22 @@ impl Engine {
         lock(&self.inner.breakers).paused(model, Instant::now())
     }
 
-    /// Whether the session has an attempt running.
+    /// Whether the session has an attempt running, here or on another server.
     pub fn turn_active(&self, id: SessionId) -> bool {
-        lock(&self.inner.turns)
+        let here = lock(&self.inner.turns)
             .get(&id)
-            .is_some_and(|t| !t.is_done())
+            .is_some_and(|t| !t.is_done());
+        here || self.claimed_elsewhere(&[id]).contains(&id)
     }
 
     /// The session's running attempt as (turn, attempt), if one is running: the transcript
     /// shows its checkpoints as the answer so far, not as a cut-off one.
     pub fn active_attempt(&self, id: SessionId) -> Option<(u64, u32)> {
-        lock(&self.inner.turns)
+        let here = lock(&self.inner.turns)
             .get(&id)
             .filter(|t| !t.is_done())
-            .map(|t| (t.turn, t.attempt))
+            .map(|t| (t.turn, t.attempt));
+        here.or_else(|| self.attempt_elsewhere(id))
     }
 
     pub(super) fn accepting(&self) -> Result<(), EngineError> {

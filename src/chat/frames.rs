@@ -185,6 +185,8 @@ pub struct ActiveTurn {
     shutdown: AtomicBool,
     /// The call waiting for the user's consent, if one is (SPEC §13).
     pub(super) consent: Mutex<Option<super::consent::Waiting>>,
+    /// The session's claim across servers, held while the attempt runs (I7).
+    claim: Mutex<Option<super::coord::Claim>>,
 }
 
 impl ActiveTurn {
@@ -203,7 +205,13 @@ impl ActiveTurn {
             stop: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             consent: Mutex::new(None),
+            claim: Mutex::new(None),
         }
+    }
+
+    /// Holds the session's claim until the attempt ends.
+    pub(super) fn hold(&self, claim: super::coord::Claim) {
+        *self.claim.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim);
     }
 
     fn lock(&self) -> MutexGuard<'_, Log> {
@@ -215,8 +223,15 @@ impl ActiveTurn {
         self.changed.notify_all();
     }
 
-    /// Ends the attempt: from now on it is not active, and `end` is its last frame.
+    /// Ends the attempt: from now on it is not active, and `end` is its last frame. The
+    /// claim goes first, so whoever sees `end` may start the next attempt on any server.
     pub fn finish(&self, end: Frame) {
+        let claim = self
+            .claim
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(claim);
         let mut log = self.lock();
         log.keep(end);
         log.ended_at = Some(Instant::now());

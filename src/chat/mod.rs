@@ -12,14 +12,18 @@
 //!   the chat and out of its way.
 //! - [`residue`]: what an attempt's tool calls leave in its turn memory (pure).
 //! - [`consent`]: a tool call waiting for the user's allow or deny (I9).
+//! - [`coord`]: servers sharing one database (SPEC §16): claims across servers, `/stop`
+//!   to another server; [`follow`]: `/live` of an attempt running on another server.
 //! - [`breaker`]: a circuit breaker per (purpose, model) for background calls.
 
 mod attempt;
 pub mod breaker;
 pub mod compact;
 pub mod consent;
+pub mod coord;
 mod end;
 pub mod engine;
+pub mod follow;
 pub mod frames;
 pub mod post_turn;
 pub mod residue;

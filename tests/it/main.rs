@@ -27,6 +27,7 @@ mod search;
 mod server;
 mod store;
 mod support;
+mod team;
 mod terminal;
 mod tools_chat;
 mod tools_faults;

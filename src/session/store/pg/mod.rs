@@ -10,6 +10,7 @@
 //! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
 //! `sslmode` means none, as `sslmode=disable`.
 
+pub mod coord;
 #[cfg(test)]
 mod fixture;
 pub mod ledger;

@@ -1,0 +1,249 @@
+//! Coordination between servers sharing one database (SPEC §16), behind one small
+//! interface the engine holds without knowing the store's backend.
+//!
+//! - [`LocalCoordinator`] (SQLite, one server: the lock file of §12 guarantees it): claims
+//!   are free and nothing runs elsewhere; the engine's own registry is the whole truth.
+//! - [`PgCoordinator`] (PostgreSQL): a claim is an advisory lock on the session; stops and
+//!   permission answers travel by `NOTIFY` (see [`crate::session::store::pg::coord`]).
+//!
+//! A claim covers what I7 excludes: a running attempt (from before its user message is
+//! written until just before its `end` frame), a compaction by hand, and a delete. Other
+//! servers see only the claim, so on PostgreSQL a compaction by hand or a delete under way
+//! counts as a turn for `turn_active`, `/stop` and `/live` while it lasts.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
+use super::frames::{ActiveTurn, Subscription};
+pub use crate::session::store::pg::coord::Note;
+use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
+use crate::session::{SessionId, StoreError};
+
+/// A session claimed by this server; released when dropped.
+pub struct Claim {
+    _held: Option<Box<dyn Send>>,
+}
+
+impl Claim {
+    /// A claim that holds nothing (one server: the engine's registry excludes the rest).
+    pub fn local() -> Claim {
+        Claim { _held: None }
+    }
+}
+
+/// What the engine asks of the other servers.
+pub trait Coordinator: Send + Sync {
+    /// Whether attempts may run on other servers (else the engine never asks below).
+    fn shared(&self) -> bool;
+
+    /// Claims the session across servers: `None` when another holder has it (a running
+    /// attempt, a compaction or a delete, on any server).
+    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError>;
+
+    /// Which of `ids` are claimed now, by any server.
+    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError>;
+
+    /// Tells every server; the one running the note's session acts on it.
+    fn notify(&self, note: &Note) -> Result<(), StoreError>;
+
+    /// Delivers the notes of every server to `on_note`, from now on.
+    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()>;
+}
+
+/// One server alone on its database.
+pub struct LocalCoordinator;
+
+impl Coordinator for LocalCoordinator {
+    fn shared(&self) -> bool {
+        false
+    }
+
+    fn claim(&self, _: SessionId) -> Result<Option<Claim>, StoreError> {
+        Ok(Some(Claim::local()))
+    }
+
+    fn claimed(&self, _: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
+        Ok(HashSet::new())
+    }
+
+    fn notify(&self, _: &Note) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn listen(&self, _: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Coordinator for PgCoordinator {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError> {
+        Ok(self.try_lock(id)?.map(|l: SessionLock| Claim {
+            _held: Some(Box::new(l)),
+        }))
+    }
+
+    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
+        self.locked(ids)
+    }
+
+    fn notify(&self, note: &Note) -> Result<(), StoreError> {
+        PgCoordinator::notify(self, note)
+    }
+
+    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
+        PgCoordinator::listen(self, on_note)
+    }
+}
+
+impl Engine {
+    /// Claims the session for an attempt, a compaction or a delete: `turn_in_flight` when
+    /// another holds it (I7 across servers).
+    pub(super) fn claim(&self, id: SessionId) -> Result<Claim, EngineError> {
+        self.inner.coord.claim(id)?.ok_or(EngineError::TurnInFlight)
+    }
+
+    /// Which of `ids` are claimed by some server (none without other servers). A failed
+    /// look is logged and counts as none: a list page still answers.
+    pub(super) fn claimed_elsewhere(&self, ids: &[SessionId]) -> HashSet<SessionId> {
+        if !self.inner.coord.shared() {
+            return HashSet::new();
+        }
+        self.inner.coord.claimed(ids).unwrap_or_else(|e| {
+            log::warn!("cannot tell which sessions other servers are answering: {e}");
+            HashSet::new()
+        })
+    }
+
+    /// Which of `ids` have an attempt running, here or elsewhere: one look for a page.
+    pub fn turns_active(&self, ids: &[SessionId]) -> HashSet<SessionId> {
+        let mut active = self.claimed_elsewhere(ids);
+        let turns = lock(&self.inner.turns);
+        active.extend(
+            ids.iter()
+                .filter(|id| turns.get(id).is_some_and(|t| !t.is_done())),
+        );
+        active
+    }
+
+    /// `/stop` of an attempt this server does not run: sent to whichever does.
+    pub(super) fn stop_elsewhere(&self, id: SessionId) -> Result<(), EngineError> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return Err(EngineError::NoActiveTurn);
+        }
+        self.inner.coord.notify(&Note::Stop(id))?;
+        Ok(())
+    }
+
+    /// `/live` of an attempt this server does not run, followed through its log; `None`
+    /// when no server runs one.
+    pub(super) fn live_elsewhere(
+        &self,
+        id: SessionId,
+    ) -> Result<Option<Subscription>, EngineError> {
+        if !self.inner.coord.shared() {
+            return Ok(None);
+        }
+        if self.claimed_elsewhere(&[id]).contains(&id) {
+            return super::follow::spawn(&self.inner, id).map(Some);
+        }
+        // One that ended on another server within LIVE_RETENTION, replayed from its log.
+        let events = self.inner.store.events_for_context(id)?;
+        let Some((frames, ended_at)) = super::follow::Follow::replay(id, &events) else {
+            return Ok(None);
+        };
+        let now = self.inner.store.clock().now();
+        let recent = crate::clock::parse_timestamp(&ended_at)
+            .and_then(|t| std::time::Duration::try_from(now.duration_since(t)).ok())
+            .is_some_and(|ago| ago < LIVE_RETENTION);
+        if !recent {
+            return Ok(None);
+        }
+        let turn = Arc::new(ActiveTurn::new(id, 0, 0));
+        super::follow::deliver(&turn, frames);
+        Ok(Some(turn.subscribe()))
+    }
+
+    /// The attempt another server runs, as its log shows it (for the transcript).
+    pub(super) fn attempt_elsewhere(&self, id: SessionId) -> Option<(u64, u32)> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return None;
+        }
+        match self.inner.store.events_for_context(id) {
+            Ok(events) => Some(super::follow::Follow::new(id, &events).running()),
+            Err(e) => {
+                log::warn!("cannot read the log of {id}: {e}");
+                None
+            }
+        }
+    }
+
+    /// A permission answer for an attempt this server does not run: sent to whichever
+    /// does, if the log shows that call waiting (else 404 `no_pending_permission`).
+    pub(super) fn answer_elsewhere(
+        &self,
+        id: SessionId,
+        call_id: &str,
+        answer: super::consent::Answer,
+    ) -> Result<(), EngineError> {
+        if !self.claimed_elsewhere(&[id]).contains(&id) {
+            return Err(EngineError::NoPendingPermission);
+        }
+        let events = self.inner.store.events_for_context(id)?;
+        let mut log = super::follow::Follow::new(id, &events);
+        log.feed(&events, true);
+        if !log.waiting(call_id) {
+            return Err(EngineError::NoPendingPermission);
+        }
+        self.inner.coord.notify(&Note::Answer {
+            session: id,
+            call_id: call_id.to_owned(),
+            allow: answer.allow,
+            remember: answer.remember,
+        })?;
+        Ok(())
+    }
+
+    /// Acts on what other servers ask of this one's attempts: stops and permission answers.
+    pub(super) fn listen_to_others(&self) {
+        if !self.inner.coord.shared() {
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        let on_note = move |note: Note| {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let id = match &note {
+                Note::Stop(id) | Note::Answer { session: id, .. } => *id,
+            };
+            let turn = lock(&inner.turns)
+                .get(&id)
+                .filter(|t| !t.is_done())
+                .cloned();
+            let Some(turn) = turn else {
+                return;
+            };
+            match note {
+                Note::Stop(_) => turn.request_stop(),
+                Note::Answer {
+                    call_id,
+                    allow,
+                    remember,
+                    ..
+                } => {
+                    let answer = super::consent::Answer { allow, remember };
+                    // Answered meanwhile (its timeout, another answer): nothing waits.
+                    let _ = super::consent::answer_waiting(&turn, &call_id, answer);
+                }
+            }
+        };
+        if let Err(e) = self.inner.coord.listen(Box::new(on_note)) {
+            log::error!("cannot listen for requests from other servers: {e}");
+        }
+    }
+}

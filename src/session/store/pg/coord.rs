@@ -1,0 +1,444 @@
+//! Several servers on one PostgreSQL (SPEC §16): which server runs a session's attempt,
+//! and how the others reach it.
+//!
+//! - **One turn at a time across servers (I7)**: a session-level advisory lock per claimed
+//!   session (`pg_try_advisory_lock` on a key folded from the session id), held on a
+//!   connection of its own for as long as the claim lives. A server that dies closes its
+//!   connections and PostgreSQL releases their locks, so the session is free at once.
+//!   One connection per held lock (not one per server) because a lock is then exactly as
+//!   alive as its connection: a broken connection loses only its own lock, and re-entrant
+//!   session-level locks on a shared connection cannot let a second local holder in by
+//!   mistake. Connections of released locks are kept for reuse (up to
+//!   [`IDLE_CONNECTIONS`]), so a send does not pay a connect.
+//! - **Who holds what**: one query of `pg_locks` for a page of ids (granted advisory locks
+//!   of this database): no lock is taken, so a look never makes a send fail.
+//! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] with the session id; every
+//!   server LISTENs on a dedicated connection on a thread of its own, reconnecting with a
+//!   backoff when it drops. A permission answer travels the same way on
+//!   [`ANSWER_CHANNEL`]. A notification sent while a listener reconnects is lost to it
+//!   (the user stops or answers again).
+//!
+//! Each connection comes from one connect function, so the caller decides TLS
+//! ([`PgCoordinator::with_connector`]); [`PgCoordinator::from_url`] connects without TLS.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+
+use crate::session::events::SessionId;
+use crate::session::store::{Result, StoreError};
+
+/// The channel `/stop` requests travel on; the payload is the session id.
+pub const STOP_CHANNEL: &str = "brain_stop";
+/// The channel permission answers travel on; the payload is a [`Note::Answer`] as JSON.
+pub const ANSWER_CHANNEL: &str = "brain_answer";
+/// Connections of released locks kept for the next claim.
+pub const IDLE_CONNECTIONS: usize = 8;
+/// How long the listener waits for a notification before it checks its connection and
+/// whether it should end.
+pub const LISTEN_WAIT: Duration = Duration::from_millis(500);
+/// The listener's first and longest wait before reconnecting.
+pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(100);
+pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What one server asks of the one running a session's attempt.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Note {
+    /// Stop the attempt (`/stop`).
+    Stop(SessionId),
+    /// The user's answer to the call the attempt waits on (`POST …/permissions/{call_id}`).
+    Answer {
+        session: SessionId,
+        call_id: String,
+        allow: bool,
+        remember: bool,
+    },
+}
+
+/// Opens one connection to the database.
+pub type Connector = Arc<dyn Fn() -> std::result::Result<Client, postgres::Error> + Send + Sync>;
+
+/// The advisory-lock key of a session: its UUID's two halves XORed (a UUID v7's random
+/// bits are spread over both). Lock keys live in their own space (the single-`bigint`
+/// form), per database.
+pub fn lock_key(id: SessionId) -> i64 {
+    let v = id.as_uuid().as_u128();
+    ((v >> 64) as u64 ^ v as u64) as i64
+}
+
+/// The coordination of the servers sharing one PostgreSQL database.
+pub struct PgCoordinator {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connect: Connector,
+    idle: Mutex<Vec<Client>>,
+    /// Set when the coordinator is dropped: the listener ends.
+    closed: AtomicBool,
+    /// The listener's backend, once it listens (0 before).
+    listener_pid: AtomicI32,
+    /// How many times the listener has started listening (reconnects included).
+    listens: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PgCoordinator {
+    /// The coordinator of the database at `url`, connecting without TLS. Connects once to
+    /// say now, not at the first send, when the database cannot be reached.
+    pub fn from_url(url: &str) -> Result<PgCoordinator> {
+        let url = url.to_owned();
+        PgCoordinator::with_connector(Arc::new(move || Client::connect(&url, NoTls)))
+    }
+
+    /// The coordinator of the database `connect` opens connections to (with the store's
+    /// TLS settings, when it has them).
+    pub fn with_connector(connect: Connector) -> Result<PgCoordinator> {
+        let first = connect()?;
+        Ok(PgCoordinator {
+            shared: Arc::new(Shared {
+                connect,
+                idle: Mutex::new(vec![first]),
+                closed: AtomicBool::new(false),
+                listener_pid: AtomicI32::new(0),
+                listens: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Takes the session's lock unless another connection (another server, or another
+    /// claim of this one) holds it: `None` then.
+    pub fn try_lock(&self, id: SessionId) -> Result<Option<SessionLock>> {
+        let key = lock_key(id);
+        let mut client = self.shared.client()?;
+        let row = client.query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])?;
+        let (got, pid): (bool, i32) = (row.try_get(0)?, row.try_get(1)?);
+        if !got {
+            self.shared.give_back(client);
+            return Ok(None);
+        }
+        Ok(Some(SessionLock {
+            shared: Arc::clone(&self.shared),
+            client: Some(client),
+            key,
+            pid,
+        }))
+    }
+
+    /// Which of `ids` some server holds the lock of now (this one included), in one query.
+    pub fn locked(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let keys: Vec<i64> = ids.iter().map(|id| lock_key(*id)).collect();
+        let mut client = self.shared.client()?;
+        // A bigint key k shows as classid = k >> 32, objid = its low half, objsubid = 1.
+        let rows = client.query(
+            "SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
+             WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND ((classid::bigint << 32) | objid::bigint) = ANY($1)",
+            &[&keys],
+        )?;
+        self.shared.give_back(client);
+        let held: HashSet<i64> = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(ids
+            .iter()
+            .copied()
+            .filter(|id| held.contains(&lock_key(*id)))
+            .collect())
+    }
+
+    /// Tells every server (the one running the session's attempt acts on it).
+    pub fn notify(&self, note: &Note) -> Result<()> {
+        let (channel, payload) = match note {
+            Note::Stop(id) => (STOP_CHANNEL, id.to_string()),
+            Note::Answer { .. } => (
+                ANSWER_CHANNEL,
+                serde_json::to_string(note)
+                    .map_err(|e| StoreError::Corrupt(format!("an unencodable note: {e}")))?,
+            ),
+        };
+        let mut client = self.shared.client()?;
+        client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])?;
+        self.shared.give_back(client);
+        Ok(())
+    }
+
+    /// Starts the listener thread: `on_note` gets every note, from any server, until the
+    /// coordinator is dropped.
+    pub fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
+        let shared = Arc::clone(&self.shared);
+        thread::Builder::new()
+            .name("brain-pg-listen".into())
+            .spawn(move || shared.listen(&*on_note))?;
+        Ok(())
+    }
+
+    /// The listener's backend process id, once it listens (for tests that cut it off).
+    pub fn listener_pid(&self) -> Option<i32> {
+        Some(self.shared.listener_pid.load(Ordering::SeqCst)).filter(|p| *p != 0)
+    }
+
+    /// How many times the listener has started listening, reconnects included.
+    pub fn listens(&self) -> u64 {
+        self.shared.listens.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for PgCoordinator {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    /// An idle connection that is still open, or a new one.
+    fn client(&self) -> Result<Client> {
+        while let Some(c) = lock(&self.idle).pop() {
+            if !c.is_closed() {
+                return Ok(c);
+            }
+        }
+        Ok((self.connect)()?)
+    }
+
+    fn give_back(&self, client: Client) {
+        let mut idle = lock(&self.idle);
+        if idle.len() < IDLE_CONNECTIONS && !client.is_closed() {
+            idle.push(client);
+        }
+    }
+
+    fn listen(&self, on_note: &(dyn Fn(Note) + Send + Sync)) {
+        let mut backoff = RECONNECT_MIN_BACKOFF;
+        while !self.closed.load(Ordering::SeqCst) {
+            match self.listen_once(on_note) {
+                Ok(()) => backoff = RECONNECT_MIN_BACKOFF,
+                Err(e) => {
+                    self.listener_pid.store(0, Ordering::SeqCst);
+                    log::warn!("the stop listener lost its database connection: {e}");
+                    thread::sleep(backoff);
+                    backoff = (backoff * 2).min(RECONNECT_MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// Listens on one connection until it closes or the coordinator is dropped.
+    fn listen_once(
+        &self,
+        on_note: &(dyn Fn(Note) + Send + Sync),
+    ) -> std::result::Result<(), String> {
+        let failed = |e: postgres::Error| e.to_string();
+        let mut client = (self.connect)().map_err(failed)?;
+        client
+            .batch_execute(&format!("LISTEN {STOP_CHANNEL}; LISTEN {ANSWER_CHANNEL}"))
+            .map_err(failed)?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .and_then(|r| r.try_get(0))
+            .map_err(failed)?;
+        self.listener_pid.store(pid, Ordering::SeqCst);
+        self.listens.fetch_add(1, Ordering::SeqCst);
+        while !self.closed.load(Ordering::SeqCst) {
+            {
+                let mut notes = client.notifications();
+                let mut waiting = notes.timeout_iter(LISTEN_WAIT);
+                while let Some(n) = waiting.next().map_err(failed)? {
+                    match note(n.channel(), n.payload()) {
+                        Some(note) => on_note(note),
+                        None => log::warn!("ignored a notification {:?}", n.payload()),
+                    }
+                }
+            }
+            // A timeout and a lost connection look alike to the iterator.
+            if client.is_closed() {
+                return Err("the listening connection closed".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A notification's note, unless it is not one.
+fn note(channel: &str, payload: &str) -> Option<Note> {
+    match channel {
+        STOP_CHANNEL => payload.parse().ok().map(Note::Stop),
+        ANSWER_CHANNEL => serde_json::from_str(payload).ok(),
+        _ => None,
+    }
+}
+
+/// A held session lock; released when dropped (the attempt, compaction or delete ended).
+pub struct SessionLock {
+    shared: Arc<Shared>,
+    client: Option<Client>,
+    key: i64,
+    pid: i32,
+}
+
+impl SessionLock {
+    /// The backend holding the lock (for tests that kill it).
+    pub fn backend_pid(&self) -> i32 {
+        self.pid
+    }
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        // Unlocked explicitly, not by closing: when this returns the lock is free, so a
+        // client told the attempt ended may send the next message to any server at once.
+        match client.query_one("SELECT pg_advisory_unlock($1)", &[&self.key]) {
+            Ok(row) if row.try_get::<_, bool>(0).unwrap_or(false) => self.shared.give_back(client),
+            Ok(_) => log::warn!("a session lock was already gone when released"),
+            Err(e) => log::warn!("a session lock's connection broke (the lock went with it): {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::session::store::pg::testdb;
+
+    const DEADLINE: Duration = Duration::from_secs(20);
+
+    /// Waits for `ok` to hold, up to [`DEADLINE`].
+    fn eventually(mut ok: impl FnMut() -> bool) -> bool {
+        let until = Instant::now() + DEADLINE;
+        while Instant::now() < until {
+            if ok() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn coordinator(db: &testdb::TestDb) -> PgCoordinator {
+        PgCoordinator::from_url(&db.url).expect("connects to the test database")
+    }
+
+    fn terminate(db: &testdb::TestDb, pid: i32) {
+        let mut admin = Client::connect(&db.url, NoTls).expect("admin connection");
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .expect("terminates the backend");
+    }
+
+    #[test]
+    fn a_session_lock_excludes_every_other_holder_until_it_is_released() {
+        let Some(db) = testdb::fresh("a_session_lock_excludes_every_other_holder") else {
+            return;
+        };
+        let (here, there) = (coordinator(&db), coordinator(&db));
+        let (id, other) = (SessionId::generate(), SessionId::generate());
+        let held = here.try_lock(id).unwrap().expect("free at first");
+        assert!(there.try_lock(id).unwrap().is_none(), "another server");
+        assert!(here.try_lock(id).unwrap().is_none(), "another claim here");
+        let other_held = there
+            .try_lock(other)
+            .unwrap()
+            .expect("another session is free");
+        let both = there.locked(&[id, other, SessionId::generate()]).unwrap();
+        assert_eq!(both, HashSet::from([id, other]));
+        drop(held);
+        // Released synchronously: free at once, for everyone.
+        let again = there.try_lock(id).unwrap().expect("free once released");
+        assert_eq!(here.locked(&[id]).unwrap(), HashSet::from([id]));
+        drop((again, other_held));
+        assert!(here.locked(&[id, other]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn locks_of_another_database_on_the_same_server_do_not_count() {
+        let (Some(a), Some(b)) = (testdb::fresh("locks_a"), testdb::fresh("locks_b")) else {
+            return;
+        };
+        let id = SessionId::generate();
+        let _held = coordinator(&a).try_lock(id).unwrap().expect("free");
+        let elsewhere = coordinator(&b);
+        assert!(elsewhere.locked(&[id]).unwrap().is_empty());
+        assert!(elsewhere.try_lock(id).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lock_goes_with_its_connection_when_the_server_holding_it_dies() {
+        let Some(db) = testdb::fresh("a_lock_goes_with_its_connection") else {
+            return;
+        };
+        let (dying, other) = (coordinator(&db), coordinator(&db));
+        let id = SessionId::generate();
+        let held = dying.try_lock(id).unwrap().expect("free");
+        assert!(other.try_lock(id).unwrap().is_none());
+        // What a killed server's connection looks like from the database.
+        terminate(&db, held.backend_pid());
+        assert!(
+            eventually(|| other.try_lock(id).is_ok_and(|l| l.is_some())),
+            "the lock was not released with its backend"
+        );
+        // Its holder finds out only when it lets go: logged, no panic.
+        drop(held);
+        // Dropping the connection (a process exit) releases it too.
+        let id = SessionId::generate();
+        let mut held = dying.try_lock(id).unwrap().expect("free");
+        drop(held.client.take());
+        assert!(eventually(|| other.try_lock(id).is_ok_and(|l| l.is_some())));
+    }
+
+    #[test]
+    fn a_stop_request_reaches_the_listener_of_another_server_even_after_it_reconnects() {
+        let Some(db) = testdb::fresh("a_stop_request_reaches_the_listener") else {
+            return;
+        };
+        let (sender, listener) = (coordinator(&db), coordinator(&db));
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        listener
+            .listen(Box::new(move |note| {
+                let _ = lock(&tx).send(note);
+            }))
+            .unwrap();
+        assert!(eventually(|| listener.listens() == 1), "never listened");
+        let id = SessionId::generate();
+        sender.notify(&Note::Stop(id)).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(id)));
+        let answer = Note::Answer {
+            session: id,
+            call_id: "call \"1\"".into(),
+            allow: true,
+            remember: false,
+        };
+        sender.notify(&answer).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(answer));
+        // Its connection is cut: it listens again on a new one, and hears the next one.
+        let pid = listener.listener_pid().expect("listening");
+        terminate(&db, pid);
+        assert!(
+            eventually(|| listener.listens() == 2 && listener.listener_pid().is_some()),
+            "did not reconnect"
+        );
+        assert_ne!(listener.listener_pid(), Some(pid));
+        let next = SessionId::generate();
+        sender.notify(&Note::Stop(next)).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(next)));
+    }
+}
