@@ -11,7 +11,7 @@
 //! ```
 //!
 //! What it holds:
-//! - Sessions of long-tailed length (log-normal, median ~40 events) whose starts spread
+//! - Sessions of long-tailed length (log-normal, median ~50 events) whose starts spread
 //!   over three years, plus one session of [`LONG_SESSION_EVENTS`] events.
 //! - Turns: a user message; sometimes tool calls (`tool_execution`, a preview of the
 //!   result) and, rarely, a permission question and its answer; the answer streamed in
