@@ -99,7 +99,7 @@ pub fn run(a: &[String]) -> Res<()> {
     };
     let t = timed(|| Ok(store.list_sessions(&deep_q)?))?;
     println!("| session list, a page {DEEP_SESSIONS} sessions deep | {t:.2} | ≤ 5 |");
-    for ((name, text), target) in corpus::QUERY_WORDS.iter().take(3).zip([5, 50, 100]) {
+    for ((name, text), target) in corpus::QUERY_WORDS.iter().zip([5, 50, 100, 100]) {
         for order in [SearchOrder::Relevance, SearchOrder::Recent] {
             let q = SearchQuery {
                 text: (*text).into(),
