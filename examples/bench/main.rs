@@ -2,6 +2,9 @@
 //! side in one run (these machines are noisy). See BENCHMARKS.md for the figures.
 //!
 //! ```sh
+//! cargo run --release --example bench -- corpus [--sessions N] [--events M] [--out DB]  # build a corpus
+//! cargo run --release --example bench -- scale [--events M] [--out DB]  # issue 19's reads at 10M
+//! cargo run --release --example bench -- size [--out DB]                # dbstat: bytes per event
 //! cargo run --release --example bench -- store [APPENDS] [CORPUS]   # appends and search
 //! cargo run --release --example bench -- projection                 # per-turn context work
 //! cargo run --release --example bench -- first-token [TURNS]        # brain vs provider
@@ -14,11 +17,13 @@
 //! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
 //! ```
 
+mod corpus;
 mod footprint;
 mod http;
 mod import;
 mod local;
 mod projection;
+mod scale;
 mod store;
 mod support;
 mod tools;
@@ -31,6 +36,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
+        Some("corpus") => corpus::run(rest),
+        Some("scale") => scale::run(rest),
+        Some("size") => scale::size(rest),
         Some("store") => store::run(rest),
         Some("projection") => projection::run(),
         Some("first-token") => turns::first_token(rest),
@@ -43,7 +51,7 @@ fn main() -> ExitCode {
         Some("transcript") => transcript::run(),
         _ => {
             eprintln!(
-                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
+                "usage: bench corpus|scale|size|store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
             );
             return ExitCode::from(2);
         }

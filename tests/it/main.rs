@@ -24,6 +24,7 @@ mod provider;
 mod provider_health;
 mod real_llm;
 mod search;
+mod search_size;
 mod server;
 mod store;
 mod support;

@@ -246,6 +246,9 @@ impl SqliteStore {
         // Its own connection: the pool's are query-only, which refuses VACUUM INTO. A
         // read-only one copies the same and cannot change the source.
         let conn = open_read_only_connection(&self.path)?;
+        // The copy gets the current page size (and full pages): how a database made with
+        // smaller pages gets the compact layout (restore the backup in its place).
+        conn.pragma_update(None, "page_size", schema::PAGE_SIZE_BYTES)?;
         let target = target.to_string_lossy().into_owned();
         conn.execute("VACUUM INTO ?1", [target])?;
         Ok(())

@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use super::{Result, SessionRow, SqliteStore, StoreError};
 use crate::session::events::{Event, SessionId, kind};
 use crate::session::projection::page::{Page, PageSource, transcript_page};
-use crate::session::projection::visible_compaction_boundary;
+use crate::session::projection::{visible, visible_compaction_boundary};
 
 /// Maps a `SELECT id, title, archived, system, created_at, updated_at` row.
 pub(super) fn session_row(r: &Row<'_>) -> rusqlite::Result<Result<SessionRow>> {
@@ -76,7 +76,7 @@ impl SqliteStore {
         let mut conn = self.reader()?;
         let tx = conn.transaction()?;
         require_session(&tx, id)?;
-        let boundary = visible_compaction_boundary(&shaping_events(&tx, id)?);
+        let boundary = context_boundary(&tx, id)?;
         let mut events = Vec::new();
         if boundary > 0 {
             events.extend(events_after(&tx, id, 0, Some(1))?);
@@ -173,13 +173,59 @@ pub(super) fn rewinds(conn: &Connection, id: SessionId) -> Result<Vec<Event>> {
     events_of_kind(conn, id, kind::REWIND)
 }
 
+/// The session's events of one shaping kind, in seq order. The kind is written into the
+/// statement and the index named: bound as a parameter, it matched no partial index and
+/// each call scanned the whole session (a context build of a 100k-event session took
+/// ~120 ms instead of ~1, BENCHMARKS.md).
 fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event>> {
+    let sql = match k {
+        kind::COMPACTION_APPLIED => {
+            "SELECT seq, kind, payload, created_at FROM session_events
+             INDEXED BY session_events_compactions
+             WHERE session_id = ?1 AND kind = 'compaction_applied' ORDER BY seq"
+        }
+        kind::REWIND => {
+            "SELECT seq, kind, payload, created_at FROM session_events
+             INDEXED BY session_events_rewinds
+             WHERE session_id = ?1 AND kind = 'rewind' ORDER BY seq"
+        }
+        _ => {
+            "SELECT seq, kind, payload, created_at FROM session_events
+             WHERE session_id = ?1 AND kind = ?2 ORDER BY seq"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = if sql.contains("?2") {
+        stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?
+    } else {
+        stmt.query_map(rusqlite::params![id.to_string()], event_row)?
+    };
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The newest visible compaction's boundary (0 without one), reading the rewinds (few)
+/// and the compactions newest first, stopping at the first one no rewind hides: a long
+/// session holds a compaction every few dozen turns, and reading them all cost more than
+/// the rest of the context.
+fn context_boundary(conn: &Connection, id: SessionId) -> Result<u64> {
+    let rewinds = rewinds(conn, id)?;
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events
-         WHERE session_id = ?1 AND kind = ?2 ORDER BY seq",
+         INDEXED BY session_events_compactions
+         WHERE session_id = ?1 AND kind = 'compaction_applied' ORDER BY seq DESC",
     )?;
-    let rows = stmt.query_map(rusqlite::params![id.to_string(), k], event_row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let mut rows = stmt.query(rusqlite::params![id.to_string()])?;
+    while let Some(row) = rows.next()? {
+        let compaction = event_row(row)?;
+        let seq = compaction.seq;
+        let mut shaping = rewinds.clone();
+        shaping.push(compaction);
+        shaping.sort_by_key(|e| e.seq);
+        if visible(&shaping).iter().any(|e| e.seq == seq) {
+            return Ok(visible_compaction_boundary(&shaping));
+        }
+    }
+    Ok(0)
 }
 
 /// The transcript page's reads, on one snapshot. The kinds are literals, not parameters,

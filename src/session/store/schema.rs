@@ -45,10 +45,19 @@ pub fn apply_common_pragmas(conn: &Connection, sync: SyncMode) -> rusqlite::Resu
     Ok(())
 }
 
+/// The page size of a new database. An event's row lives in a B-tree keyed by
+/// `(session_id, seq)` (`WITHOUT ROWID`), where a row over about a quarter of a page spills
+/// into an overflow page of its own: with 4 KiB pages every answer over ~1 KB did, and the
+/// overflow pages stood two-thirds empty (~220 of ~950 bytes per event on the benchmark
+/// corpus, BENCHMARKS.md). At 16 KiB rows up to ~4 KB stay in their leaf.
+pub const PAGE_SIZE_BYTES: i64 = 16_384;
+
 /// Settings of the one writer connection. WAL is a property of the file; setting it here,
-/// before the first write, makes a new database WAL from its first page.
+/// before the first write, makes a new database WAL from its first page. So is the page
+/// size: it takes effect only on a new (empty) file and is ignored on an existing one.
 pub fn apply_writer_pragmas(conn: &Connection, sync: SyncMode) -> Result<(), StoreError> {
     apply_common_pragmas(conn, sync)?;
+    conn.pragma_update(None, "page_size", PAGE_SIZE_BYTES)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "wal", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Corrupt(format!(

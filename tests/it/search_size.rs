@@ -1,0 +1,255 @@
+//! The search index holds no checkpoint of an attempt that completed (V8, issue 19): its
+//! answer holds the same text. A database written at V5 migrates to the same index and the
+//! same answers; deleting events in any order keeps the index whole.
+
+use brain::session::events::{AssistantTurn, PendingState};
+use brain::session::projection::ui_transcript;
+use brain::session::store::{SearchOrder, SearchQuery, schema};
+use brain::session::{Payload, SessionId, Store};
+
+use crate::support::{TempDb, user};
+
+fn checkpoint(turn: u64, attempt: u32, text: &str) -> Payload {
+    Payload::PendingState(PendingState {
+        turn,
+        attempt,
+        text: text.into(),
+        reasoning: None,
+        ended: None,
+    })
+}
+
+fn answer(turn: u64, attempt: u32, text: &str) -> Payload {
+    Payload::AssistantTurn(AssistantTurn {
+        turn,
+        attempt,
+        text: text.into(),
+        reasoning: None,
+        provider: "p".into(),
+        model: "m".into(),
+        finish_reason: Some("stop".into()),
+        usage: Default::default(),
+        duration_ms: 1,
+        ledger_id: None,
+        steps: 1,
+    })
+}
+
+/// A session's log: a completed turn streamed in two checkpoints, an interrupted turn, and
+/// a turn whose first attempt was cut and whose retry completed.
+fn log() -> Vec<Payload> {
+    vec![
+        user("tell me about herons"),                         // 2
+        checkpoint(2, 1, "herons wade "),                     // 3
+        checkpoint(2, 1, "in shallow water"),                 // 4
+        answer(2, 1, "herons wade in shallow water"),         // 5
+        user("and egrets"),                                   // 6
+        checkpoint(6, 1, "egrets are herons too, cut"),       // 7 (interrupted)
+        user("and bitterns"),                                 // 8
+        checkpoint(8, 1, "bitterns hide among herons"),       // 9 (attempt 1 cut)
+        checkpoint(8, 2, "bitterns boom "),                   // 10
+        answer(8, 2, "bitterns boom at dusk, unlike herons"), // 11
+    ]
+}
+
+fn sessions_at_v5(db: &TempDb) -> Vec<SessionId> {
+    let mut conn = db.raw();
+    schema::migrate_to(&mut conn, Some(5)).unwrap();
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let id = SessionId::generate();
+        let key = id.to_string();
+        conn.execute(
+            "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+             VALUES (?1, NULL, 0, '', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z')",
+            [&key],
+        )
+        .unwrap();
+        let started = r#"{"system":""}"#.to_owned();
+        let mut rows = vec![("session_started", started)];
+        rows.extend(log().iter().map(|p| (p.kind(), p.to_json())));
+        for (i, (kind, payload)) in rows.iter().enumerate() {
+            // The insert the writer issues, at V5.
+            conn.execute(
+                "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(id), 0) + 1 FROM session_events), ?3, ?4, ?5)",
+                rusqlite::params![
+                    key,
+                    i as i64 + 1,
+                    kind,
+                    payload,
+                    format!("2026-01-01T00:00:{:02}.{n:06}Z", i)
+                ],
+            )
+            .unwrap();
+        }
+        ids.push(id);
+    }
+    ids
+}
+
+fn sessions_fresh(store: &Store) -> Vec<SessionId> {
+    (0..2)
+        .map(|_| {
+            let id = store.create_session(None, String::new()).unwrap().id;
+            store
+                .write(|w| {
+                    for p in log() {
+                        w.append(id, &p)?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            id
+        })
+        .collect()
+}
+
+/// Every indexed event's seq (one session's worth; both sessions hold the same log).
+fn indexed_seqs(db: &TempDb, id: SessionId) -> Vec<u64> {
+    let conn = db.raw();
+    let mut stmt = conn
+        .prepare(
+            "SELECT e.seq FROM session_search_docsize d JOIN session_events e ON e.id = d.id
+             WHERE e.session_id = ?1 ORDER BY e.seq",
+        )
+        .unwrap();
+    stmt.query_map([id.to_string()], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// FTS5's own check of its index (rank 0: not against the content table, which by design
+/// holds rows the index left out).
+fn integrity(db: &TempDb) {
+    db.raw()
+        .execute(
+            "INSERT INTO session_search (session_search, rank) VALUES ('integrity-check', 0)",
+            [],
+        )
+        .unwrap();
+}
+
+fn hits(store: &Store, text: &str, order: SearchOrder) -> Vec<(u64, String)> {
+    let mut h: Vec<(u64, String)> = store
+        .search(&SearchQuery {
+            text: text.into(),
+            limit: 100,
+            order,
+            ..SearchQuery::default()
+        })
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.seq, h.snippet))
+        .collect();
+    h.sort();
+    h
+}
+
+fn assert_answers(db: &TempDb, store: &Store, ids: &[SessionId]) {
+    for id in ids {
+        // Indexed: messages and answers, the cut attempts' checkpoints (7, 9); not the
+        // checkpoints of attempts that completed (3, 4, 10).
+        assert_eq!(indexed_seqs(db, *id), vec![2, 5, 6, 7, 8, 9, 11]);
+        let page = store
+            .transcript_page(*id, i64::MAX as u64, 500, None)
+            .unwrap();
+        assert_eq!(
+            page.items,
+            ui_transcript(&store.events(*id, 0, None).unwrap(), None)
+        );
+    }
+    for order in [SearchOrder::Relevance, SearchOrder::Recent] {
+        let found = hits(store, "herons", order);
+        let mut seqs: Vec<u64> = found.iter().map(|h| h.0).collect();
+        seqs.dedup();
+        // What the search answered before V8 too (it left the checkpoints of completed
+        // attempts out at query time): messages, answers, the partials of cut attempts.
+        assert_eq!(seqs, vec![2, 5, 7, 9, 11], "{order:?}");
+        assert_eq!(found.len(), 10, "{order:?}: {found:?}");
+        // A word only the completed checkpoints and their answer hold: the answer only.
+        let wade: Vec<u64> = hits(store, "wade", order).iter().map(|h| h.0).collect();
+        assert_eq!(wade, vec![5, 5], "{order:?}");
+        let boom: Vec<u64> = hits(store, "boom", order).iter().map(|h| h.0).collect();
+        assert_eq!(boom, vec![11, 11], "{order:?}");
+    }
+    integrity(db);
+}
+
+#[test]
+fn a_database_at_v5_migrates_to_an_index_without_completed_checkpoints() {
+    let db = TempDb::new();
+    let ids = sessions_at_v5(&db);
+    assert_eq!(
+        indexed_seqs(&db, ids[0]),
+        vec![2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    );
+    let store = db.open();
+    assert_answers(&db, &store, &ids);
+}
+
+#[test]
+fn appends_leave_completed_checkpoints_out_of_the_index() {
+    let db = TempDb::new();
+    let store = db.open();
+    let ids = sessions_fresh(&store);
+    assert_answers(&db, &store, &ids);
+}
+
+/// A purge deletes a session's events newest first, so an answer goes before its
+/// checkpoints; a whole delete goes oldest first. Either way the index stays whole.
+#[test]
+fn deleting_events_in_either_order_keeps_the_index_whole() {
+    let db = TempDb::new();
+    let store = db.open();
+    let ids = sessions_fresh(&store);
+    let conn = db.raw();
+    let mut stmt = conn
+        .prepare("DELETE FROM session_events WHERE session_id = ?1 AND seq = ?2")
+        .unwrap();
+    for seq in (1..=11).rev() {
+        stmt.execute(rusqlite::params![ids[0].to_string(), seq])
+            .unwrap();
+    }
+    for seq in 1..=11 {
+        stmt.execute(rusqlite::params![ids[1].to_string(), seq])
+            .unwrap();
+    }
+    drop(stmt);
+    integrity(&db);
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM session_search_docsize", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// A new database gets the large pages; a backup of one made with 4 KiB pages gets them
+/// too (how an existing database reaches the compact layout).
+#[test]
+fn new_databases_and_backups_use_the_large_page_size() {
+    let page_size = |path: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap()
+    };
+    let fresh = TempDb::new();
+    drop(fresh.open());
+    assert_eq!(page_size(&fresh.path()), schema::PAGE_SIZE_BYTES);
+
+    let old = TempDb::new();
+    {
+        let conn = old.raw();
+        conn.pragma_update(None, "page_size", 4096).unwrap();
+        conn.pragma_update(None, "journal_mode", "wal").unwrap();
+    }
+    let store = old.open();
+    assert_eq!(page_size(&old.path()), 4096);
+    store.create_session(None, String::new()).unwrap();
+    let copy = old.dir.path().join("copy.db");
+    store.backup_to(&copy).unwrap();
+    assert_eq!(page_size(&copy), schema::PAGE_SIZE_BYTES);
+}
