@@ -4,6 +4,7 @@
 mod attempts;
 mod background;
 mod browser;
+mod checkpoints;
 mod cli;
 mod compaction;
 mod crash;
@@ -21,6 +22,7 @@ mod mcp;
 mod migrations;
 mod provider;
 mod provider_health;
+mod purge;
 mod real_llm;
 mod search;
 mod server;
