@@ -12,6 +12,7 @@
 //! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
 //! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
 //! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
+//! cargo run --release --example bench -- writer [APPENDS] [EVENTS]   # checkpoints, delete holds
 //! ```
 
 mod footprint;
@@ -24,6 +25,7 @@ mod support;
 mod tools;
 mod transcript;
 mod turns;
+mod writer;
 
 use std::process::ExitCode;
 
@@ -41,9 +43,10 @@ fn main() -> ExitCode {
         Some("tools") => tools::run(rest),
         Some("import") => import::run(rest),
         Some("transcript") => transcript::run(),
+        Some("writer") => writer::run(rest),
         _ => {
             eprintln!(
-                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
+                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript|writer [args]"
             );
             return ExitCode::from(2);
         }

@@ -19,6 +19,7 @@
 //! ends; a warning says so past [`WAL_WARN_FRAMES`]. The checkpoint connection never
 //! waits (busy timeout 0): a blocked `TRUNCATE` just tries again later.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,6 +71,8 @@ struct Control {
 struct Shared {
     control: Mutex<Control>,
     wake: Condvar,
+    /// The longest a checkpoint held the writer lane, in nanoseconds (for the benchmark).
+    longest_hold_ns: AtomicU64,
 }
 
 impl Shared {
@@ -118,6 +121,11 @@ impl Maintenance {
             shared,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// The longest any checkpoint of this thread held the writer lane so far.
+    pub fn longest_hold(&self) -> Duration {
+        Duration::from_nanos(self.shared.longest_hold_ns.load(Ordering::Relaxed))
     }
 
     /// A session was deleted: purge it soon.
@@ -186,7 +194,7 @@ impl Worker {
                 }
             };
             if self.checkpoints == Checkpoints::Background
-                && let Err(e) = self.checkpoint_step()
+                && let Err(e) = self.checkpoint_step(shared)
             {
                 log::warn!("a WAL checkpoint failed: {e}");
             }
@@ -229,7 +237,18 @@ impl Worker {
         Ok(!self.queue.is_empty())
     }
 
-    fn checkpoint_step(&mut self) -> Result<()> {
+    /// Runs one checkpoint of `mode` holding the writer lane, and records how long.
+    fn checkpoint_holding_lane(&self, shared: &Shared, mode: &str) -> Result<CheckpointOutcome> {
+        self.lane.exclusive(|| {
+            let started = Instant::now();
+            let outcome = checkpoint(&self.conn, mode);
+            let held = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            shared.longest_hold_ns.fetch_max(held, Ordering::Relaxed);
+            outcome
+        })
+    }
+
+    fn checkpoint_step(&mut self, shared: &Shared) -> Result<()> {
         let now = Instant::now();
         let commits = self.lane.commits();
         if commits != self.seen_commits {
@@ -243,7 +262,7 @@ impl Worker {
             self.unchecked = false;
             let first = checkpoint(&self.conn, "PASSIVE")?;
             if first.frames >= WAL_RESTART_FRAMES && first.copied < first.frames {
-                let tail = self.lane.exclusive(|| checkpoint(&self.conn, "PASSIVE"))?;
+                let tail = self.checkpoint_holding_lane(shared, "PASSIVE")?;
                 if tail.frames >= WAL_WARN_FRAMES && tail.copied < tail.frames {
                     log::warn!(
                         "the WAL holds {} frames that cannot be copied yet: a reader holds an \
@@ -254,7 +273,7 @@ impl Worker {
             }
         }
         if self.untruncated && now.duration_since(self.last_commit) >= WAL_IDLE {
-            let done = self.lane.exclusive(|| checkpoint(&self.conn, "TRUNCATE"))?;
+            let done = self.checkpoint_holding_lane(shared, "TRUNCATE")?;
             if !done.busy {
                 self.untruncated = false;
                 self.unchecked = false;

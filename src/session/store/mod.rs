@@ -265,6 +265,13 @@ impl Store {
         }
     }
 
+    /// The longest a background checkpoint has held the writer so far (benchmarks).
+    pub fn longest_checkpoint_hold(&self) -> std::time::Duration {
+        self.maintenance
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |m| m.longest_hold())
+    }
+
     /// Whether this store was opened with [`Store::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.writer.is_none()
