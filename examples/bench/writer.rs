@@ -5,7 +5,7 @@
 //! purge batches (after, with a sweep of batch sizes).
 //!
 //! ```sh
-//! cargo run --release --example bench -- writer [APPENDS] [SESSION_EVENTS]
+//! cargo run --release --example bench -- writer [appends|delete] [APPENDS] [SESSION_EVENTS]
 //! ```
 
 use std::path::Path;
@@ -28,19 +28,41 @@ const READERS: usize = 2;
 const SESSIONS: usize = 16;
 /// Words per appended message (~a chat message).
 const MESSAGE_WORDS: usize = 60;
+/// The steady append load, all writers together: below what `synchronous=FULL` sustains
+/// on this machine, so latency is the commit's own cost, not a queue.
+const RATE_PER_SECOND: u64 = 100;
+/// How often each reader reads (a transcript page and the session list).
+const READ_EVERY: Duration = Duration::from_millis(5);
 
 pub fn run(args: &[String]) -> Res<()> {
-    let args: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    let appends = args.first().copied().unwrap_or(4_000);
-    let session_events = args.get(1).copied().unwrap_or(100_000);
+    let part = args.first().map_or("all", String::as_str);
+    let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if matches!(part, "all" | "appends") {
+        appends(numbers.first().copied().unwrap_or(2_000))?;
+    }
+    if matches!(part, "all" | "delete") {
+        delete_holds(
+            numbers
+                .get(1)
+                .or(numbers.first())
+                .copied()
+                .unwrap_or(100_000),
+        )?;
+    }
+    Ok(())
+}
+
+fn appends(appends: usize) -> Res<()> {
     println!(
-        "# writer benchmark: {appends} appends per run ({WRITERS} writers, {READERS} readers \
-         reading all the while), {ROUNDS} alternating rounds\n"
+        "# writer benchmark: {appends} appends per run at a steady {RATE_PER_SECOND}/s \
+         ({WRITERS} writers), {READERS} readers each reading every {} ms, {ROUNDS} \
+         alternating rounds\n",
+        READ_EVERY.as_millis()
     );
     println!(
-        "| sync | checkpoints | round | appends/s | p50 ms | p99 ms | max ms | longest checkpoint hold ms |"
+        "| sync | checkpoints | round | p50 ms | p99 ms | max ms | longest checkpoint hold ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for sync in [SyncMode::Normal, SyncMode::Full] {
         for round in 1..=ROUNDS {
             for mode in [Checkpoints::OnCommit, Checkpoints::Background] {
@@ -49,7 +71,6 @@ pub fn run(args: &[String]) -> Res<()> {
         }
     }
     println!();
-    delete_holds(session_events)?;
     Ok(())
 }
 
@@ -68,12 +89,7 @@ fn user(text: String) -> Payload {
     Payload::UserMessage(brain::session::events::UserMessage { text })
 }
 
-fn appends_under_load(
-    sync: SyncMode,
-    mode: Checkpoints,
-    appends: usize,
-    round: usize,
-) -> Res<()> {
+fn appends_under_load(sync: SyncMode, mode: Checkpoints, appends: usize, round: usize) -> Res<()> {
     let dir = tempfile::tempdir()?;
     let store = Arc::new(open(&dir.path().join("bench.db"), sync, mode)?);
     let ids: Vec<SessionId> = (0..SESSIONS)
@@ -86,6 +102,7 @@ fn appends_under_load(
             thread::spawn(move || {
                 let mut i = r;
                 while !stop.load(Ordering::Relaxed) {
+                    thread::sleep(READ_EVERY);
                     let id = ids[i % ids.len()];
                     let _ = store.transcript_page(id, u64::MAX, 100, None);
                     let _ = store.list_sessions(&ListQuery {
@@ -97,13 +114,18 @@ fn appends_under_load(
             })
         })
         .collect();
-    let started = Instant::now();
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let (store, ids) = (Arc::clone(&store), ids.clone());
             thread::spawn(move || {
+                let every = Duration::from_micros(1_000_000 * WRITERS as u64 / RATE_PER_SECOND);
+                let start = Instant::now();
                 (0..appends / WRITERS)
                     .map(|i| {
+                        // Paced from the start, so one slow append does not slow the load.
+                        if let Some(wait) = (every * i as u32).checked_sub(start.elapsed()) {
+                            thread::sleep(wait);
+                        }
                         let n = w * 1_000_003 + i;
                         let payload = user(words(MESSAGE_WORDS, n));
                         let t = Instant::now();
@@ -118,21 +140,29 @@ fn appends_under_load(
         .into_iter()
         .flat_map(|h| h.join().unwrap_or_default())
         .collect();
-    let wall = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     for r in readers {
         let _ = r.join();
+    }
+    if mode == Checkpoints::Background {
+        // The idle TRUNCATE is the one checkpoint step that holds the lane in a steady
+        // load below WAL_RESTART_FRAMES: let it run, so its hold is in the last column.
+        let mut wal = dir.path().join("bench.db").into_os_string();
+        wal.push("-wal");
+        let until = Instant::now() + Duration::from_secs(30);
+        while std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0 && Instant::now() < until {
+            thread::sleep(Duration::from_millis(50));
+        }
     }
     let p50 = median(&mut latencies);
     let p99 = latencies[latencies.len() * 99 / 100];
     let max = latencies.last().copied().unwrap_or_default();
     println!(
-        "| {sync:?} | {} | {round} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+        "| {sync:?} | {} | {round} | {:.2} | {:.2} | {:.2} | {} |",
         match mode {
             Checkpoints::OnCommit => "on the committing writer (before)",
             Checkpoints::Background => "background thread (after)",
         },
-        latencies.len() as f64 / wall.as_secs_f64(),
         ms(p50),
         ms(p99),
         ms(max),
@@ -185,15 +215,19 @@ fn delete_holds(events: usize) -> Res<()> {
     println!("Delete of a {events}-event session: the longest single hold of the writer.\n");
     println!("| purge | transactions | longest hold ms | whole purge s |");
     println!("|---|---|---|---|");
+    // Built once (closed, so the file is whole), copied for each measure.
+    let built = tempfile::tempdir()?;
+    let source = built.path().join("bench.db");
+    let id = {
+        let store = open(&source, SyncMode::Full, Checkpoints::Background)?;
+        long_session(&store, events)?
+    };
     let one_transaction = i64::MAX;
     for batch in [one_transaction, 250, 500, PURGE_BATCH_EVENTS, 2_000, 5_000] {
         let dir = tempfile::tempdir()?;
-        let store = open(
-            &dir.path().join("bench.db"),
-            SyncMode::Full,
-            Checkpoints::Background,
-        )?;
-        let id = long_session(&store, events)?;
+        let path = dir.path().join("bench.db");
+        std::fs::copy(&source, &path)?;
+        let store = open(&path, SyncMode::Full, Checkpoints::Background)?;
         // The bench drives the purge itself, to time each batch.
         store.stop_maintenance();
         store.delete_session(id)?;
@@ -203,15 +237,13 @@ fn delete_holds(events: usize) -> Res<()> {
         let (label, transactions) = if batch == one_transaction {
             ("one transaction (before)".to_string(), 1)
         } else {
+            let after = if batch == PURGE_BATCH_EVENTS {
+                " (after: PURGE_BATCH_EVENTS)"
+            } else {
+                ""
+            };
             (
-                format!(
-                    "batches of {batch}{}",
-                    if batch == PURGE_BATCH_EVENTS {
-                        " (after: PURGE_BATCH_EVENTS)"
-                    } else {
-                        ""
-                    }
-                ),
+                format!("batches of {batch}{after}"),
                 events.div_ceil(batch as usize),
             )
         };

@@ -8,10 +8,10 @@
 //! still needs and never waits for anyone. A `PASSIVE` that raced commits leaves a tail,
 //! and SQLite restarts the WAL from its beginning only when the whole of it is copied, so
 //! past [`WAL_RESTART_FRAMES`] the tail is copied again while holding the writer lane
-//! (a short hold: only what was committed during the first pass); the next writer then
+//! (only what was committed during the first pass); the next writer then
 //! starts the WAL over and `journal_size_limit` cuts the file back to
-//! [`WAL_SIZE_LIMIT_BYTES`]. After [`WAL_IDLE`] without a commit, `TRUNCATE` (also holding
-//! the lane, so no writer waits in SQLite's busy handler) empties the file.
+//! [`WAL_SIZE_LIMIT_BYTES`]. After [`WAL_IDLE`] without a commit, a `PASSIVE` pass and then
+//! `TRUNCATE` (holding the lane, so no writer waits in SQLite's busy handler) empty the file.
 //!
 //! A reader holding one snapshot forever (an open `sqlite3` shell transaction; brain's own
 //! reads are one short transaction each) stops every checkpoint at the frames its snapshot
@@ -37,9 +37,12 @@ pub const MAINTENANCE_TICK: Duration = Duration::from_millis(100);
 /// about one interval of writes (plus what readers still need).
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Past this many frames (4 KiB pages: 16 MiB) in the WAL, a checkpoint finishes its tail
-/// holding the writer lane so that the WAL can start over.
-pub const WAL_RESTART_FRAMES: i64 = 4_096;
+/// Past this many frames (4 KiB pages: 64 MiB) in the WAL, a checkpoint finishes its tail
+/// holding the writer lane so that the WAL can start over. Below it, the WAL starts over
+/// by itself whenever one `PASSIVE` pass meets no commit (any pause in the appends), so
+/// only sustained back-to-back writing reaches it; the tail's copy and fsync then hold the
+/// writer (27–75 ms at 4,096 frames on a loaded machine: `bench writer`), rarely.
+pub const WAL_RESTART_FRAMES: i64 = 16_384;
 
 /// Past this many frames the WAL is growing because a reader pins an old snapshot.
 pub const WAL_WARN_FRAMES: i64 = 4 * WAL_RESTART_FRAMES;
@@ -273,6 +276,9 @@ impl Worker {
             }
         }
         if self.untruncated && now.duration_since(self.last_commit) >= WAL_IDLE {
+            // The copy and its fsync first, without the lane: the TRUNCATE that holds it
+            // then only cuts the file (an append arriving now waits for that alone).
+            checkpoint(&self.conn, "PASSIVE")?;
             let done = self.checkpoint_holding_lane(shared, "TRUNCATE")?;
             if !done.busy {
                 self.untruncated = false;

@@ -10,10 +10,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{Result, SessionId, Store, StoreError, Writer};
 
 /// Events one purge transaction deletes. Each deleted event also deletes its FTS5 row
-/// (the external-content `delete` trigger re-tokenises its text), so a batch's cost is
-/// about the events' text: 1,000 ordinary chat events held the writer ~5–8 ms on this
-/// machine, inside the ~10 ms a batch may take (BENCHMARKS.md, `bench writer`).
-pub const PURGE_BATCH_EVENTS: i64 = 1_000;
+/// (the external-content `delete` trigger reads the event's text back through the
+/// generated column and re-tokenises it), so an event costs ~25–30 µs to purge, about
+/// three times what it cost to write: 250 events held the writer 9.5 ms on average,
+/// commit and fsync included (`bench writer delete`, BENCHMARKS.md), inside the ~10 ms a
+/// batch may take. A 100k-event session is then 400 transactions, ~4 s in all.
+pub const PURGE_BATCH_EVENTS: i64 = 250;
 
 impl Writer<'_> {
     /// Deletes a whole session as far as anyone can see: its row is stamped and from
