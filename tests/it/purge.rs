@@ -216,3 +216,88 @@ fn appends_to_other_sessions_go_on_during_a_purge() {
     assert_eq!(store.events(other, 0, None).unwrap().len(), appended + 1);
     assert_eq!(events_left(&db, doomed), 0);
 }
+
+const PURGE_CHILD_DB_VAR: &str = "BRAIN_TEST_PURGE_CHILD_DB";
+const CHILD_SESSION_EVENTS: u64 = 20_000;
+
+/// The child half of `sigkill_mid_purge_resumes_at_the_next_open`: writes a long session,
+/// deletes it, says so, and waits to be killed while its store purges in the background.
+#[test]
+#[ignore = "the child process of sigkill_mid_purge_resumes_at_the_next_open"]
+fn purge_child_deletes_and_waits_to_be_killed() {
+    let Some(path) = std::env::var_os(PURGE_CHILD_DB_VAR) else {
+        return;
+    };
+    let store = Store::open(std::path::Path::new(&path), Default::default()).unwrap();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    store
+        .write(|w| {
+            for i in 1..CHILD_SESSION_EVENTS {
+                w.append(id, &user(&format!("capybara {i}")))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    store.delete_session(id).unwrap();
+    println!("deleted {id}");
+    loop {
+        std::thread::park();
+    }
+}
+
+#[test]
+fn sigkill_mid_purge_resumes_at_the_next_open() {
+    use std::io::BufRead;
+    let db = TempDb::new();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "purge::purge_child_deletes_and_waits_to_be_killed",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PURGE_CHILD_DB_VAR, db.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let id: SessionId = lines
+        .by_ref()
+        .map_while(Result::ok)
+        // After libtest's `test … ... ` on the same line.
+        .find_map(|l| {
+            l.split("deleted ")
+                .nth(1)
+                .and_then(|s| s.trim().parse().ok())
+        })
+        .expect("the child deleted its session");
+    wait_for("the purge is under way", PURGE_DEADLINE, || {
+        (1..CHILD_SESSION_EVENTS as i64).contains(&events_left(&db, id))
+    });
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+    let left = events_left(&db, id);
+    assert!(
+        left > 0 && row_left(&db, id),
+        "killed mid-purge ({left} left)"
+    );
+
+    let store = db.open();
+    assert!(missing(store.session(id)));
+    wait_for("the purge resumed and finished", PURGE_DEADLINE, || {
+        !row_left(&db, id)
+    });
+    assert_eq!(events_left(&db, id), 0);
+    let raw = db.raw();
+    let integrity: String = raw
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    raw.execute(
+        "INSERT INTO session_search (session_search) VALUES ('integrity-check')",
+        [],
+    )
+    .expect("the index agrees with its content");
+}
