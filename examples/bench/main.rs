@@ -15,6 +15,7 @@
 //! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
 //! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
 //! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
+//! cargo run --release --example bench -- writer [APPENDS] [EVENTS]   # checkpoints, delete holds
 //! ```
 
 mod corpus;
@@ -29,6 +30,7 @@ mod support;
 mod tools;
 mod transcript;
 mod turns;
+mod writer;
 
 use std::process::ExitCode;
 
@@ -49,9 +51,10 @@ fn main() -> ExitCode {
         Some("tools") => tools::run(rest),
         Some("import") => import::run(rest),
         Some("transcript") => transcript::run(),
+        Some("writer") => writer::run(rest),
         _ => {
             eprintln!(
-                "usage: bench corpus|scale|size|store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
+                "usage: bench corpus|scale|size|store|projection|first-token|cost|footprint|http|local|tools|import|transcript|writer [args]"
             );
             return ExitCode::from(2);
         }

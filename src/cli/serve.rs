@@ -126,6 +126,8 @@ pub fn run(
     running.close(STREAMS_GRACE);
     // The tool servers end with brain.
     tools.shutdown();
+    // A purge in progress stops after its batch and resumes at the next start.
+    store.stop_maintenance();
     drop(lock);
     Ok(())
 }

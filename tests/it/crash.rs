@@ -16,6 +16,7 @@ use crate::support::assert_gapless;
 
 const CHILD_DB_VAR: &str = "BRAIN_TEST_CRASH_CHILD_DB";
 const KILLS: usize = 24;
+const KILLS_DURING_CHECKPOINTS: usize = 5;
 const SESSIONS: usize = 3;
 const WRITER_THREADS: usize = 3;
 
@@ -101,12 +102,25 @@ fn next(mut x: u64) -> u64 {
 
 #[test]
 fn sigkill_at_random_moments_loses_nothing_committed() {
+    kill_rounds(KILLS, 50, 400);
+}
+
+/// Kills that land after the first background checkpoint is due, some during one.
+#[test]
+fn sigkill_while_checkpoints_run_loses_nothing_committed() {
+    let first = brain::session::store::maintenance::CHECKPOINT_INTERVAL.as_millis() as u64;
+    kill_rounds(KILLS_DURING_CHECKPOINTS, first + 100, 1_500);
+}
+
+/// `kills` rounds of: start the child, let it append for `min_ms` plus up to `spread_ms`,
+/// SIGKILL it, check the database.
+fn kill_rounds(kills: usize, min_ms: u64, spread_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     let mut rng = seed_now();
     eprintln!("crash test seed {rng}");
     let mut committed: HashMap<SessionId, u64> = HashMap::new();
-    for round in 0..KILLS {
+    for round in 0..kills {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -135,7 +149,7 @@ fn sigkill_at_random_moments_loses_nothing_committed() {
                 .collect::<Vec<_>>()
         });
         rng = next(rng);
-        thread::sleep(Duration::from_millis(50 + rng % 400));
+        thread::sleep(Duration::from_millis(min_ms + rng % spread_ms));
         child.kill().unwrap(); // SIGKILL on Unix
         child.wait().unwrap();
         for (id, seq) in reader.join().unwrap() {
@@ -145,9 +159,9 @@ fn sigkill_at_random_moments_loses_nothing_committed() {
         check_database(&db, &committed, round);
     }
     let total: u64 = committed.values().sum();
-    eprintln!("crash test: {KILLS} kills, {total} events acknowledged");
+    eprintln!("crash test: {kills} kills, {total} events acknowledged");
     assert!(
-        total > KILLS as u64,
+        total > kills as u64,
         "the child barely wrote ({total} events)"
     );
 }

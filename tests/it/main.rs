@@ -4,6 +4,7 @@
 mod attempts;
 mod background;
 mod browser;
+mod checkpoints;
 mod cli;
 mod compaction;
 mod conformance;
@@ -22,6 +23,7 @@ mod mcp;
 mod migrations;
 mod provider;
 mod provider_health;
+mod purge;
 mod real_llm;
 mod search;
 mod search_size;

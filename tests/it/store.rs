@@ -428,6 +428,10 @@ fn delete_removes_the_session_its_events_and_index_rows_and_nothing_else() {
         store.delete_session(doomed),
         Err(StoreError::SessionNotFound(_))
     ));
+    // The events go in the background (issue 19).
+    wait_for("the purge is done", PURGE_DEADLINE, || {
+        store.pending_purges().unwrap() == 0
+    });
     let raw = db.raw();
     let left: i64 = raw
         .query_row(
@@ -437,6 +441,13 @@ fn delete_removes_the_session_its_events_and_index_rows_and_nothing_else() {
         )
         .unwrap();
     assert_eq!(left, 0);
+    let rows: i64 = raw
+        .query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        rows, 1,
+        "the deleted session's row goes at the end of its purge"
+    );
     assert_eq!(fts_matches(&db, "zebra"), 4, "only the kept session's rows");
     assert_eq!(fts_matches(&db, "quokka"), 0);
     raw.execute(

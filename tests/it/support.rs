@@ -337,3 +337,18 @@ pub fn run_brain_on(db: &TempDb, args: &[&str], stdin: &[u8]) -> std::process::O
     all.extend(args.iter().map(std::ffi::OsString::from));
     run_brain(&all, stdin)
 }
+
+/// How long a test waits for the background purge of a small session.
+pub const PURGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until `done` holds, polling, and fails the test after `deadline`.
+pub fn wait_for(what: &str, deadline: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + deadline;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "gave up after {deadline:?} waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -12,7 +12,7 @@
 //! (`cargo run --release --example bench -- store`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use rusqlite::Connection;
@@ -67,6 +67,8 @@ pub struct WriterLane {
     state: parking_lot::Mutex<LaneState>,
     /// Threads that want the lane and do not hold it yet.
     waiting: AtomicUsize,
+    /// Transactions committed so far: the maintenance thread checkpoints after them.
+    commits: AtomicU64,
 }
 
 impl WriterLane {
@@ -78,7 +80,31 @@ impl WriterLane {
                 writes_in_batch: 0,
             }),
             waiting: AtomicUsize::new(0),
+            commits: AtomicU64::new(0),
         }
+    }
+
+    /// How many transactions this lane has committed.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` while holding the lane with no transaction open: no writer commits until
+    /// it returns. A group left open for this thread is committed first. For work that
+    /// must not race a commit (the end of a checkpoint, so the next writer can restart
+    /// the WAL), and that must be short: every writer waits for it.
+    pub fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.state.lock();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        if let Some(b) = st.open.take() {
+            let committed = commit(&st.conn);
+            if committed.is_ok() {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            b.finish(committed);
+        }
+        f()
     }
 
     /// Runs `f` on the writer connection inside a savepoint of the group transaction;
@@ -103,10 +129,9 @@ impl WriterLane {
         let last_of_group = self.waiting.load(Ordering::SeqCst) == 0
             || st.writes_in_batch >= GROUP_COMMIT_MAX_WRITES;
         if last_of_group {
-            let committed = st.conn.execute_batch("COMMIT").map_err(|e| e.to_string());
-            if committed.is_err() {
-                // A failed COMMIT may leave the transaction open; nothing of it stands.
-                let _ = st.conn.execute_batch("ROLLBACK");
+            let committed = commit(&st.conn);
+            if committed.is_ok() {
+                self.commits.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(b) = st.open.take() {
                 b.finish(committed);
@@ -125,6 +150,15 @@ impl WriterLane {
             }
         }
     }
+}
+
+/// Commits the open transaction. A failed COMMIT may leave it open; nothing of it stands.
+fn commit(conn: &Connection) -> Result<(), String> {
+    let committed = conn.execute_batch("COMMIT").map_err(|e| e.to_string());
+    if committed.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    committed
 }
 
 /// Runs `f` in a savepoint: released on success, rolled back (alone) on error or panic.

@@ -103,7 +103,8 @@ fn list_statement(
     fetch: i64,
 ) -> (String, Vec<Value>) {
     let mut sql = String::from(
-        "SELECT id, title, archived, system, created_at, updated_at FROM sessions WHERE TRUE",
+        "SELECT id, title, archived, system, created_at, updated_at FROM sessions
+         WHERE deleted_at IS NULL",
     );
     let mut args = Vec::new();
     match filter {
@@ -194,7 +195,8 @@ impl SqliteStore {
     }
 }
 
-/// The search statement. A checkpoint of an attempt that went on to complete is left out:
+/// The search statement. A deleted session's events (waiting for their purge) are left out.
+/// A checkpoint of an attempt that went on to complete is left out:
 /// its answer holds the same text, and is what a reader should land on (the checkpoint has
 /// no item of its own). An interrupted attempt's checkpoints stay: they are its partial.
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
@@ -246,12 +248,14 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
 /// rows go back to FTS5 (by rowid) for their snippets: one pass over the index, never
 /// more than the window scored.
 fn search_statement(q: &SearchQuery) -> String {
-    let leave_out_checkpoints = "NOT (e.kind = 'pending_state' AND EXISTS (
+    let left_out = "NOT (e.kind = 'pending_state' AND EXISTS (
                SELECT 1 FROM session_events a
                WHERE a.session_id = e.session_id AND a.seq > e.seq
                  AND a.kind = 'assistant_turn'
                  AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
-                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))";
+                 AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
+         AND e.session_id NOT IN (
+               SELECT id FROM sessions INDEXED BY sessions_deleted WHERE deleted_at IS NOT NULL)";
     let columns = "e.session_id, s.title, e.seq, e.kind, e.created_at,
                 snippet(session_search, 0, ?2, ?3, '…', ?4)";
     let (limit, offset) = (q.limit, q.offset);
@@ -261,7 +265,7 @@ fn search_statement(q: &SearchQuery) -> String {
              FROM session_search
              JOIN session_events e ON e.id = session_search.rowid
              JOIN sessions s ON s.id = e.session_id
-             WHERE session_search MATCH ?1 AND {leave_out_checkpoints}
+             WHERE session_search MATCH ?1 AND {left_out}
              ORDER BY session_search.rowid DESC
              LIMIT {limit} OFFSET {offset}"
         ),
@@ -273,7 +277,7 @@ fn search_statement(q: &SearchQuery) -> String {
                  SELECT session_search.rowid AS id, bm25(session_search) AS score,
                         e.session_id, e.seq
                  FROM session_search JOIN session_events e ON e.id = session_search.rowid
-                 WHERE session_search MATCH ?1 AND {leave_out_checkpoints}
+                 WHERE session_search MATCH ?1 AND {left_out}
                  ORDER BY session_search.rowid DESC LIMIT {RANK_WINDOW}),
              page AS (
                  SELECT window.id, window.score, window.session_id, window.seq

@@ -14,7 +14,9 @@
 mod lane;
 pub mod ledger;
 pub mod list;
+pub mod maintenance;
 pub mod pg;
+pub mod purge;
 mod read;
 pub mod schema;
 mod seam;
@@ -22,12 +24,14 @@ mod tree;
 mod write;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax};
+pub use maintenance::Checkpoints;
 pub use pg::PgStore;
 pub use seam::{Backend, DbTarget, Store, WriteTxn, Writer, is_postgres_url};
 pub use write::SqliteWriter;
@@ -124,6 +128,8 @@ pub struct StoreOptions {
     pub sync: SyncMode,
     pub clock: Clock,
     pub readers: u32,
+    /// Who checkpoints the WAL (writer stores only).
+    pub checkpoints: Checkpoints,
 }
 
 impl Default for StoreOptions {
@@ -132,6 +138,7 @@ impl Default for StoreOptions {
             sync: SyncMode::Full,
             clock: Clock::system(),
             readers: config::READER_POOL_SIZE,
+            checkpoints: Checkpoints::default(),
         }
     }
 }
@@ -159,7 +166,9 @@ pub enum OlderSchema {
 /// The event log in one SQLite file.
 pub struct SqliteStore {
     /// `None` when opened read-only.
-    writer: Option<lane::WriterLane>,
+    writer: Option<Arc<lane::WriterLane>>,
+    /// Purges and checkpoints in the background; `None` when opened read-only.
+    maintenance: Option<maintenance::Maintenance>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     clock: Clock,
     path: PathBuf,
@@ -174,13 +183,19 @@ impl SqliteStore {
             source,
         };
         let mut writer = Connection::open(path).map_err(open_err)?;
-        schema::apply_writer_pragmas(&writer, options.sync)?;
+        schema::apply_writer_pragmas(&writer, options.sync, options.checkpoints)?;
         schema::migrate(&mut writer)?;
         let sync = options.sync;
         let manager = SqliteConnectionManager::file(path)
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
+        let lane = Arc::new(lane::WriterLane::new(writer));
+        let own = Connection::open(path).map_err(open_err)?;
+        schema::apply_common_pragmas(&own, sync)?;
+        let maintenance =
+            maintenance::Maintenance::start(Arc::clone(&lane), own, options.checkpoints)?;
         Ok(Self {
-            writer: Some(lane::WriterLane::new(writer)),
+            writer: Some(lane),
+            maintenance: Some(maintenance),
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
             path: path.to_owned(),
@@ -212,6 +227,7 @@ impl SqliteStore {
             .with_init(move |c| schema::apply_reader_pragmas(c, sync));
         Ok(Self {
             writer: None,
+            maintenance: None,
             readers: reader_pool(manager, &options)?,
             clock: options.clock,
             path: path.to_owned(),
@@ -252,6 +268,21 @@ impl SqliteStore {
         let target = target.to_string_lossy().into_owned();
         conn.execute("VACUUM INTO ?1", [target])?;
         Ok(())
+    }
+
+    /// Stops the background purge and checkpoints (at most one batch or checkpoint
+    /// later). A shutdown calls it; a purge left unfinished resumes at the next open.
+    pub fn stop_maintenance(&self) {
+        if let Some(m) = &self.maintenance {
+            m.stop();
+        }
+    }
+
+    /// The longest a background checkpoint has held the writer so far (benchmarks).
+    pub fn longest_checkpoint_hold(&self) -> std::time::Duration {
+        self.maintenance
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |m| m.longest_hold())
     }
 
     /// Whether this store was opened with [`Store::open_read_only`].

@@ -41,7 +41,7 @@ impl SqliteStore {
         let conn = self.reader()?;
         conn.prepare_cached(
             "SELECT id, title, archived, system, created_at, updated_at
-             FROM sessions WHERE id = ?1",
+             FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
         )?
         .query_row([id.to_string()], session_row)
         .optional()?
@@ -114,10 +114,12 @@ impl SqliteStore {
         Ok(page)
     }
 
-    /// Every session id, oldest first (tests and export).
+    /// Every session id, oldest first (tests and export); deleted ones are gone.
     pub fn session_ids(&self) -> Result<Vec<SessionId>> {
         let conn = self.reader()?;
-        let mut stmt = conn.prepare_cached("SELECT id FROM sessions ORDER BY created_at, id")?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT id FROM sessions WHERE deleted_at IS NULL ORDER BY created_at, id",
+        )?;
         let ids: Vec<String> = stmt
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
@@ -132,7 +134,9 @@ impl SqliteStore {
 
 fn require_session(conn: &Connection, id: SessionId) -> Result<()> {
     let exists: bool = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND deleted_at IS NULL)",
+        )?
         .query_row([id.to_string()], |r| r.get(0))?;
     if exists {
         Ok(())

@@ -6,6 +6,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::maintenance::{Checkpoints, WAL_SIZE_LIMIT_BYTES};
 use super::{StoreError, SyncMode};
 use crate::config;
 
@@ -55,9 +56,18 @@ pub const PAGE_SIZE_BYTES: i64 = 16_384;
 /// Settings of the one writer connection. WAL is a property of the file; setting it here,
 /// before the first write, makes a new database WAL from its first page. So is the page
 /// size: it takes effect only on a new (empty) file and is ignored on an existing one.
-pub fn apply_writer_pragmas(conn: &Connection, sync: SyncMode) -> Result<(), StoreError> {
+/// With background checkpoints the writer never checkpoints (see [`super::maintenance`]).
+pub fn apply_writer_pragmas(
+    conn: &Connection,
+    sync: SyncMode,
+    checkpoints: Checkpoints,
+) -> Result<(), StoreError> {
     apply_common_pragmas(conn, sync)?;
     conn.pragma_update(None, "page_size", PAGE_SIZE_BYTES)?;
+    if checkpoints == Checkpoints::Background {
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    }
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT_BYTES)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "wal", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Corrupt(format!(

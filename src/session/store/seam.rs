@@ -115,6 +115,21 @@ pub trait Backend: Send + Sync {
     fn path(&self) -> &Path;
     fn clock(&self) -> &Clock;
     fn is_read_only(&self) -> bool;
+
+    // Background maintenance (SQLite's purge of deleted sessions and WAL checkpoints;
+    // PostgreSQL deletes at once and checkpoints itself, so these do nothing there).
+    /// Wakes the purge after a delete.
+    fn purge_soon(&self) {}
+    /// Stops the maintenance thread (shutdown), after at most one batch or checkpoint.
+    fn stop_maintenance(&self) {}
+    /// How many deleted sessions still wait for their purge.
+    fn pending_purges(&self) -> Result<usize> {
+        Ok(0)
+    }
+    /// The SQLite store underneath, for benchmarks of its maintenance.
+    fn as_sqlite(&self) -> Option<&SqliteStore> {
+        None
+    }
 }
 
 /// The event log, on whichever database `--db` names.
@@ -238,6 +253,29 @@ impl Store {
         self.backend.search(q)
     }
 
+    /// Deletes a whole session: at once as far as anyone can see (SQLite then purges its
+    /// events in the background, PostgreSQL deletes them in this transaction).
+    pub fn delete_session(&self, id: SessionId) -> Result<()> {
+        self.write(|w| w.delete_session(id))?;
+        self.backend.purge_soon();
+        Ok(())
+    }
+
+    /// Stops background maintenance (shutdown); a pending purge resumes at next open.
+    pub fn stop_maintenance(&self) {
+        self.backend.stop_maintenance();
+    }
+
+    /// How many deleted sessions still wait for their purge (tests and benchmarks).
+    pub fn pending_purges(&self) -> Result<usize> {
+        self.backend.pending_purges()
+    }
+
+    /// The SQLite store underneath, when it is one (benchmarks of its maintenance).
+    pub fn as_sqlite(&self) -> Option<&SqliteStore> {
+        self.backend.as_sqlite()
+    }
+
     /// Records a provider call; returns its ledger id.
     pub fn record_call(&self, e: &LedgerEntry) -> Result<i64> {
         self.write(|w| w.record_call(e))
@@ -297,6 +335,18 @@ impl Backend for SqliteStore {
     }
     fn is_read_only(&self) -> bool {
         SqliteStore::is_read_only(self)
+    }
+    fn purge_soon(&self) {
+        SqliteStore::purge_soon(self)
+    }
+    fn stop_maintenance(&self) {
+        SqliteStore::stop_maintenance(self)
+    }
+    fn pending_purges(&self) -> Result<usize> {
+        SqliteStore::pending_purges(self)
+    }
+    fn as_sqlite(&self) -> Option<&SqliteStore> {
+        Some(self)
     }
 }
 

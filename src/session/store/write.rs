@@ -92,7 +92,9 @@ impl<'a> SqliteWriter<'a> {
         let now = self.clock.now_string();
         let changed = self
             .conn
-            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+            .prepare_cached(
+                "UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
+            )?
             .execute(params![id.to_string(), now])?;
         if changed == 0 {
             return Err(StoreError::SessionNotFound(id));
@@ -105,7 +107,7 @@ impl<'a> SqliteWriter<'a> {
         self.conn
             .prepare_cached(
                 "SELECT id, title, archived, system, created_at, updated_at
-                 FROM sessions WHERE id = ?1",
+                 FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
             )?
             .query_row([id.to_string()], super::read::session_row)
             .optional()?
@@ -145,14 +147,12 @@ impl<'a> SqliteWriter<'a> {
     /// payloads and timestamps are kept byte for byte, unknown kinds included. The seqs
     /// must be 1..n with `session_started` first; the cache row is derived from the
     /// events, as appends would have derived it.
+    ///
+    /// An id whose session was deleted and still waits for its purge is free: the old
+    /// events are purged first, in this transaction (an import is one deliberate
+    /// transaction already; the new session must not inherit them).
     pub fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        let exists: bool = self
-            .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
-            .query_row([id.to_string()], |r| r.get(0))?;
-        if exists {
-            return Err(StoreError::AlreadyExists(id));
-        }
+        self.purge_now(id)?;
         let Some(first) = events.first() else {
             return Err(StoreError::Corrupt(format!("session {id} has no events")));
         };
@@ -203,18 +203,25 @@ impl<'a> SqliteWriter<'a> {
     pub fn exists(&self, id: SessionId) -> Result<bool> {
         Ok(self
             .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND deleted_at IS NULL)",
+            )?
             .query_row([id.to_string()], |r| r.get(0))?)
     }
 
     /// Every event of the session, as of this transaction.
     pub fn events(&self, id: SessionId) -> Result<Vec<Event>> {
+        // A deleted session waiting for its purge has no events, as one never created.
+        if !self.exists(id)? {
+            return Ok(Vec::new());
+        }
         super::read::events_after(self.conn, id, 0, None)
     }
 
     /// Appends events an import made (SPEC §15) with their own timestamps: they must
     /// continue the session's seqs exactly. `session_started` is refused.
     pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        self.require_session(id)?;
         let last = self.last_seq(id)?;
         if last == 0 {
             return Err(StoreError::SessionNotFound(id));
@@ -234,26 +241,9 @@ impl<'a> SqliteWriter<'a> {
         Ok(())
     }
 
-    /// Deletes a whole session: its events (and, through the trigger, their search index
-    /// rows) and its cache row. Ledger rows stay. The only removal I1 allows.
-    pub fn delete_session(&mut self, id: SessionId) -> Result<()> {
-        self.require_session(id)?;
-        let key = id.to_string();
-        self.conn
-            .prepare_cached("DELETE FROM session_events WHERE session_id = ?1")?
-            .execute([&key])?;
-        self.conn
-            .prepare_cached("DELETE FROM sessions WHERE id = ?1")?
-            .execute([&key])?;
-        Ok(())
-    }
-
+    /// Refuses a missing or deleted session.
     pub(super) fn require_session(&self, id: SessionId) -> Result<()> {
-        let exists: bool = self
-            .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")?
-            .query_row([id.to_string()], |r| r.get(0))?;
-        if exists {
+        if self.exists(id)? {
             Ok(())
         } else {
             Err(StoreError::SessionNotFound(id))
@@ -337,10 +327,5 @@ impl Store {
     /// Archives or unarchives a session (see [`Writer::set_archived`]).
     pub fn set_archived(&self, id: SessionId, archived: bool) -> Result<SessionRow> {
         self.write(|w| w.set_archived(id, archived))
-    }
-
-    /// Deletes a whole session (see [`Writer::delete_session`]).
-    pub fn delete_session(&self, id: SessionId) -> Result<()> {
-        self.write(|w| w.delete_session(id))
     }
 }
