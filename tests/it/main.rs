@@ -28,6 +28,7 @@ mod server;
 mod store;
 mod support;
 mod team;
+mod team_e2e;
 mod terminal;
 mod tools_chat;
 mod tools_faults;
