@@ -29,6 +29,7 @@ mod store;
 mod support;
 mod team;
 mod team_e2e;
+mod team_move;
 mod terminal;
 mod tools_chat;
 mod tools_faults;

@@ -17,7 +17,7 @@ use crate::support::*;
 /// ends the dead connections as soon as their sockets close.
 const DEAD_CLAIM_RELEASE: Duration = Duration::from_secs(5);
 
-/// `brain --db URL serve` on a free port, talking to `mock`.
+/// `brain --db DB serve` on a free port (DB a path or a URL), talking to `mock`.
 pub fn serve_on(db: &str, mock: &MockLlm) -> Brain {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brain"));
     cmd.args(["--db", db, "serve", "--listen", "127.0.0.1:0"])
