@@ -3,6 +3,7 @@
 //! server that does not run the attempt, `turn_active` seen from the other, and a server
 //! SIGKILLed mid-turn leaving the session usable from the other at once, its partial kept.
 
+use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::server::{Brain, agent, call, new_session, read_frames, slow_answer, stream, wait_for};
 use crate::support::*;
+use crate::tools_loop::{stream as tools_stream, until, write_call};
 
 /// How long the other server may take to see a killed server's claim gone: the database
 /// ends the dead connections as soon as their sockets close.
@@ -19,10 +21,15 @@ const DEAD_CLAIM_RELEASE: Duration = Duration::from_secs(5);
 
 /// `brain --db DB serve` on a free port (DB a path or a URL), talking to `mock`.
 pub fn serve_on(db: &str, mock: &MockLlm) -> Brain {
+    serve_with(db, mock, &[])
+}
+
+fn serve_with(db: &str, mock: &MockLlm, extra: &[&OsStr]) -> Brain {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brain"));
     cmd.args(["--db", db, "serve", "--listen", "127.0.0.1:0"])
         .args(["--distill", "off", "--titles", "off"])
         .args(["--stream-idle-timeout", "5", "--provider-url", &mock.url])
+        .args(extra)
         .stderr(Stdio::null());
     Brain::spawn(&mut cmd)
 }
@@ -213,4 +220,62 @@ fn a_server_killed_mid_turn_leaves_the_session_usable_from_the_other_with_the_pa
     let partial = messages[messages.len() - 2]["content"].as_str().unwrap();
     assert!(partial.starts_with("word0 "), "{partial}");
     assert_eq!(messages.last().unwrap()["content"], "go on");
+}
+
+#[test]
+fn a_permission_asked_on_one_server_is_answered_through_the_other() {
+    let test = "team_e2e::a_permission_asked_on_one_server_is_answered_through_the_other";
+    let Some(fs) = crate::mcp::npm_server(test, "server-filesystem") else {
+        return;
+    };
+    let Some(db) = testdb::fresh("a_permission_asked_on_one_server") else {
+        return;
+    };
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mcp.json");
+    let servers = json!({"mcpServers": {"fs": {"command": "node", "args": [fs, dir.path()]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let extra = [OsStr::new("--mcp-config"), config.as_os_str()];
+    let (a, b) = (
+        serve_with(&db.url, &mock, &extra),
+        serve_with(&db.url, &mock, &extra),
+    );
+    let id = new_session(&a);
+    let file = dir.path().join("from_b.txt");
+    mock.script(json!([
+        {"kind": "stream", "text": "Writing.", "tool_calls": [write_call("c1", &file, "allowed on b")]},
+        {"kind": "stream", "text": "Done."},
+    ]));
+    let frames = tools_stream(
+        &a.url,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "write it"}),
+    );
+    let mut seen = Vec::new();
+    let asked = until(&frames, "permission", &mut seen);
+    assert_eq!(asked["call_id"], "c1");
+    assert!(turn_active(&b, &id), "B sees the attempt waiting on A");
+    let answer = |call_id: &str| {
+        call(
+            &b,
+            "POST",
+            &format!("/v1/sessions/{id}/permissions/{call_id}"),
+            Some(json!({"decision": "allow"})),
+        )
+    };
+    let (status, body) = answer("c2");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("no_pending_permission"))
+    );
+    assert_eq!(answer("c1").0, 200);
+    let ended = until(&frames, "end", &mut seen);
+    assert_eq!(ended["status"], "completed", "{seen:#?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "allowed on b");
+    let decided = kinds(&a, &id);
+    assert!(
+        decided.iter().any(|k| k == "permission_resolved"),
+        "{decided:?}"
+    );
 }
