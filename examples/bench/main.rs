@@ -12,6 +12,7 @@
 //! cargo run --release --example bench -- tools [CALLS]                # tool step overhead, cache
 //! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
 //! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
+//! cargo run --release --example bench -- team PG_URL                 # 64×10 turns, 2 servers on PostgreSQL
 //! ```
 
 mod footprint;
@@ -21,6 +22,7 @@ mod local;
 mod projection;
 mod store;
 mod support;
+mod team;
 mod tools;
 mod transcript;
 mod turns;
@@ -41,9 +43,10 @@ fn main() -> ExitCode {
         Some("tools") => tools::run(rest),
         Some("import") => import::run(rest),
         Some("transcript") => transcript::run(),
+        Some("team") => team::run(rest),
         _ => {
             eprintln!(
-                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript [args]"
+                "usage: bench store|projection|first-token|cost|footprint|http|local|tools|import|transcript|team [args]"
             );
             return ExitCode::from(2);
         }
