@@ -100,7 +100,7 @@ fn kinds(b: &Brain, id: &str) -> Vec<String> {
 #[test]
 fn two_servers_one_turn_at_a_time_stop_and_live_through_the_other() {
     let mock = MockLlm::start(&[]);
-    let Some((_db, a, b)) = pair("two_servers_one_turn_at_a_time", &mock) else {
+    let Some((db, a, b)) = pair("two_servers_one_turn_at_a_time", &mock) else {
         return;
     };
     let id = new_session(&a);
@@ -130,6 +130,24 @@ fn two_servers_one_turn_at_a_time_stop_and_live_through_the_other() {
     assert_eq!(
         call(&b, "DELETE", &format!("/v1/sessions/{id}"), None).0,
         409
+    );
+    // So is a compaction by hand in another process on the URL (in-process, claiming).
+    let out = run_brain(
+        &[
+            "--db",
+            &db.url,
+            "sessions",
+            "compact",
+            &id,
+            "--provider-url",
+            &mock.url,
+        ],
+        b"",
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("still running"),
+        "{said}"
     );
     let followed = live_in_background(&b, &id);
     wait_for("a checkpoint", || {
