@@ -297,3 +297,30 @@ fn a_permission_asked_on_one_server_is_answered_through_the_other() {
         "{decided:?}"
     );
 }
+
+#[test]
+fn a_server_shut_down_mid_turn_releases_the_session_before_it_exits() {
+    let mock = MockLlm::start(&[]);
+    let Some((_db, mut a, b)) = pair("a_server_shut_down_mid_turn", &mock) else {
+        return;
+    };
+    let id = new_session(&a);
+    mock.script(slow_answer());
+    let on_a = send_in_background(&a, &id, "write a lot");
+    wait_for("a checkpoint", || {
+        kinds(&b, &id).iter().any(|k| k == "pending_state")
+    });
+    let started = Instant::now();
+    a.signal("-TERM");
+    assert!(a.child.wait().unwrap().success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(end(&on_a.join().unwrap())["status"], "interrupted");
+    // Released by the attempt's end, not by the database noticing a dead connection.
+    assert!(!turn_active(&b, &id));
+    let (_, _, frames) = stream(
+        &b,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "go on"}),
+    );
+    assert_eq!(end(&frames)["status"], "completed", "{frames:?}");
+}
