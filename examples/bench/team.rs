@@ -1,7 +1,7 @@
 //! Team mode under load (SPEC §16): 64 sessions × 10 turns, every session's turns one after
 //! another and the sessions all at once, through two release `brain serve` processes on one
 //! PostgreSQL (the sessions split across them, as a load balancer would), next to one
-//! server on a SQLite file. The provider is `mock_llm` (its default answer, no delay), so
+//! server on the same PostgreSQL and one on a SQLite file. The provider is `mock_llm` (its default answer, no delay), so
 //! the figures are brain's own cost per turn: the writes of a turn (user message, answer,
 //! ledger, post-turn memory and title), claims and streaming.
 //!
@@ -50,15 +50,21 @@ pub fn run(args: &[String]) -> Res<()> {
     drop(one);
 
     let mut admin = postgres::Client::connect(admin_url, postgres::NoTls)?;
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DATABASE}"))?;
-    admin.batch_execute(&format!("CREATE DATABASE {DATABASE}"))?;
     let fsync: String = admin.query_one("SHOW fsync", &[])?.try_get(0)?;
     let url = with_database(admin_url, DATABASE);
-    let team = {
-        let (a, b) = (serve(&url, &provider)?, serve(&url, &provider)?);
-        drive(&[&a, &b])?
+    let mut on_postgres = |servers: usize| -> Res<Figures> {
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DATABASE}"))?;
+        admin.batch_execute(&format!("CREATE DATABASE {DATABASE}"))?;
+        let running = (0..servers)
+            .map(|_| serve(&url, &provider))
+            .collect::<Res<Vec<Proc>>>()?;
+        let figures = drive(&running.iter().collect::<Vec<_>>())?;
+        drop(running);
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DATABASE}"))?;
+        Ok(figures)
     };
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DATABASE}"))?;
+    let single = on_postgres(1)?;
+    let team = on_postgres(2)?;
 
     println!(
         "| {SESSIONS} sessions × {TURNS} turns, all sessions at once | turns/s | p50 turn | p99 turn |"
@@ -66,6 +72,7 @@ pub fn run(args: &[String]) -> Res<()> {
     println!("|---|---|---|---|");
     for (name, f) in [
         ("one server, SQLite (--sync full)".to_owned(), alone),
+        (format!("one server, PostgreSQL (fsync {fsync})"), single),
         (format!("two servers, one PostgreSQL (fsync {fsync})"), team),
     ] {
         println!(
