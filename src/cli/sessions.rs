@@ -35,7 +35,7 @@ pub fn run(
             compact(&shared, db, id.parse()?, &provider, out)
         }
         SessionsCommand::Fork { id, at, json, .. } => {
-            super::fork::in_process(store, id.parse()?, at, json, out)
+            super::fork::in_process(store, db, id.parse()?, at, json, out)
         }
         SessionsCommand::Export {
             id,

@@ -153,6 +153,16 @@ fn two_servers_one_turn_at_a_time_stop_and_live_through_the_other() {
     wait_for("a checkpoint", || {
         kinds(&b, &id).iter().any(|k| k == "pending_state")
     });
+    // A fork in another process on the URL leaves A's running attempt out.
+    let out = run_brain(&["--db", &db.url, "sessions", "fork", &id, "--json"], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fork: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let copied = kinds(&b, fork["id"].as_str().unwrap());
+    assert_eq!(copied, ["session_started", "user_message"], "{copied:?}");
     // `/stop` through B ends the attempt A runs.
     assert_eq!(
         call(&b, "POST", &format!("/v1/sessions/{id}/stop"), None).0,
