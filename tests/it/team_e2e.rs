@@ -149,6 +149,25 @@ fn two_servers_one_turn_at_a_time_stop_and_live_through_the_other() {
         !out.status.success() && said.contains("still running"),
         "{said}"
     );
+    // And an in-process `brain chat` on the URL, sending to it.
+    let out = run_brain(
+        &[
+            "--db",
+            &db.url,
+            "chat",
+            "--session",
+            &id,
+            "--provider-url",
+            &mock.url,
+        ],
+        b"me too\n",
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("still running"), "{said}");
     let followed = live_in_background(&b, &id);
     wait_for("a checkpoint", || {
         kinds(&b, &id).iter().any(|k| k == "pending_state")
