@@ -16,6 +16,7 @@
 //! cargo run --release --example bench -- import [MESSAGES]           # ChatGPT import: messages/s, RSS
 //! cargo run --release --example bench -- transcript                 # a page of a 100k-event session
 //! cargo run --release --example bench -- writer [APPENDS] [EVENTS]   # checkpoints, delete holds
+//! cargo run --release --example bench -- team PG_URL                 # 64×10 turns, 2 servers on PostgreSQL
 //! ```
 
 mod corpus;
@@ -27,6 +28,7 @@ mod projection;
 mod scale;
 mod store;
 mod support;
+mod team;
 mod tools;
 mod transcript;
 mod turns;
@@ -52,9 +54,10 @@ fn main() -> ExitCode {
         Some("import") => import::run(rest),
         Some("transcript") => transcript::run(),
         Some("writer") => writer::run(rest),
+        Some("team") => team::run(rest),
         _ => {
             eprintln!(
-                "usage: bench corpus|scale|size|store|projection|first-token|cost|footprint|http|local|tools|import|transcript|writer [args]"
+                "usage: bench corpus|scale|size|store|projection|first-token|cost|footprint|http|local|tools|import|transcript|writer|team [args]"
             );
             return ExitCode::from(2);
         }

@@ -8,19 +8,34 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::CliError;
+use crate::chat::follow::Follow;
+use crate::session::store::is_postgres_url;
 use crate::session::{SessionId, SessionRow, Store};
 
 /// How long a fork through the server may take (it copies in one transaction).
 const FORK_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// On PostgreSQL a server may be running an attempt of the session meanwhile (SPEC §16):
+/// the fork leaves it out, as a fork through that server would.
 pub fn in_process(
     store: &Store,
+    db: &std::path::Path,
     id: SessionId,
     at: Option<u64>,
     as_json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let row = store.write(|w| w.fork(id, at, None, u64::MAX))?;
+    let (mut active, mut upto) = (None, u64::MAX);
+    if is_postgres_url(&db.to_string_lossy()) {
+        // How far the log reached before the look, so an attempt starting after it
+        // writes past what is copied.
+        upto = store.last_seq(id)?;
+        if super::coordinator(db)?.claimed(&[id])?.contains(&id) {
+            let events = store.events_for_context(id)?;
+            active = Some(Follow::new(id, &events).running());
+        }
+    }
+    let row = store.write(|w| w.fork(id, at, active, upto))?;
     let session = crate::api::views::session(&row, Some(false));
     print(id, &row_fields(&row), &session, as_json, out)
 }

@@ -18,14 +18,16 @@ mod transfer;
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Parser;
 
 pub use args::*;
 
+use crate::chat::coord::{Coordinator, LocalCoordinator};
 use crate::config;
 use crate::session::events::BadSessionId;
-use crate::session::store::{OlderSchema, is_postgres_url, schema};
+use crate::session::store::{DbTarget, OlderSchema, PgStore, is_postgres_url, schema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// Why a command failed.
@@ -111,8 +113,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             if !cmd.writes() {
                 // Never migrates or writes: a newer brain reading a database an older
                 // server runs on must leave it as it is (SPEC §12).
-                let store = open_read_only(&db_path(cli.db)?, sync, OlderSchema::Refuse)?;
-                return sessions::run(store, cmd, out);
+                let db = db_path(cli.db)?;
+                let store = open_read_only(&db, sync, OlderSchema::Refuse)?;
+                return sessions::run(store, &db, cmd, out);
             }
             let db = resolve_db_path(cli.db)?;
             let lock = lock::DbLock::acquire(&db, "sessions");
@@ -149,7 +152,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
                     "stop it before you change sessions from the command line",
                 )
             })?;
-            sessions::run(open_at(&db, sync)?, cmd, out)
+            sessions::run(open_at(&db, sync)?, &db, cmd, out)
         }
     }
 }
@@ -176,6 +179,16 @@ pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
         })?;
     }
     Ok(path)
+}
+
+/// How this process shares the database `db` names with servers: through PostgreSQL on a
+/// URL (SPEC §16: claims, `/stop` and answers across servers), else alone (the lock file
+/// of §12 keeps every other writer out).
+fn coordinator(db: &std::path::Path) -> Result<Arc<dyn Coordinator>, CliError> {
+    Ok(match DbTarget::of(db) {
+        DbTarget::Postgres(url) => Arc::new(PgStore::coordinator(url)?),
+        DbTarget::Sqlite(_) => Arc::new(LocalCoordinator),
+    })
 }
 
 fn open_store(db: Option<PathBuf>, sync: SyncMode) -> Result<Store, CliError> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use super::{CliError, ServeArgs, lock_db, open_at, resolve_db_path};
+use super::{CliError, ServeArgs, coordinator, lock_db, open_at, resolve_db_path};
 use crate::api::{self, ApiConfig};
 use crate::chat::engine::{Engine, EngineSettings, SHUTDOWN_DEADLINE};
 
@@ -75,11 +75,14 @@ pub fn run(
     };
     // Servers start in parallel, each within its bound; a name collision stops startup.
     let tools = Arc::new(args.tools.start(Some(Arc::clone(&store)))?);
-    let engine = Engine::with_tools(
+    // On PostgreSQL, other servers may share the database: claims (I7), `/stop` and
+    // permission answers travel through it (SPEC §16), and a listener thread starts here.
+    let engine = Engine::coordinated(
         Arc::clone(&store),
         Arc::new(Provider::new(cfg)),
         settings,
         Arc::clone(&tools),
+        coordinator(&db)?,
     );
     let config = ApiConfig {
         listen: args.listen,

@@ -21,15 +21,21 @@ use crate::tokens::Estimator;
 /// Sessions fetched per page while listing everything.
 const LIST_PAGE_SIZE: u32 = 200;
 
-pub fn run(store: Store, cmd: SessionsCommand, out: &mut dyn Write) -> Result<(), CliError> {
+/// Runs `cmd` on `store`, the database `db` names.
+pub fn run(
+    store: Store,
+    db: &std::path::Path,
+    cmd: SessionsCommand,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let shared = Arc::new(store);
     let store = shared.as_ref();
     match cmd {
         SessionsCommand::Compact { id, provider, .. } => {
-            compact(&shared, id.parse()?, &provider, out)
+            compact(&shared, db, id.parse()?, &provider, out)
         }
         SessionsCommand::Fork { id, at, json, .. } => {
-            super::fork::in_process(store, id.parse()?, at, json, out)
+            super::fork::in_process(store, db, id.parse()?, at, json, out)
         }
         SessionsCommand::Export {
             id,
@@ -474,14 +480,23 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
 
 /// `brain sessions compact ID` in-process: one compaction pass now, whatever the
 /// session's size and backoff (the engine's compaction by hand).
+/// On PostgreSQL it claims the session like a server would, so it never compacts under an
+/// attempt another server runs (409 `turn_in_flight` then, as the server's route says).
 fn compact(
     store: &Arc<Store>,
+    db: &std::path::Path,
     id: SessionId,
     args: &ProviderArgs,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let provider = Arc::new(Provider::new(args.provider_config()));
-    let engine = Engine::new(Arc::clone(store), provider, args.engine_settings());
+    let engine = Engine::coordinated(
+        Arc::clone(store),
+        provider,
+        args.engine_settings(),
+        Arc::new(crate::tools::Tools::off()),
+        super::coordinator(db)?,
+    );
     let report = engine.compact(id).map_err(|e| match e {
         EngineError::Store(s) => CliError::Store(s),
         other => CliError::Serve(other.to_string()),

@@ -31,6 +31,8 @@ mod server;
 mod store;
 mod support;
 mod team;
+mod team_e2e;
+mod team_move;
 mod terminal;
 mod tools_chat;
 mod tools_faults;

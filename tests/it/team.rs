@@ -1,8 +1,8 @@
 //! Several servers on one database (SPEC §16), at the engine: two engines share one log
-//! (standing in for the PostgreSQL store, which is not on this branch yet) and coordinate
-//! through a real PostgreSQL: I7 across them, `/stop` and `/live` through the one that
-//! does not run the attempt, and a server that dies. The same with real processes on one
-//! PostgreSQL comes with the PostgreSQL store.
+//! (a SQLite file, so a test can move its clock) and coordinate through a real
+//! PostgreSQL: I7 across them, `/stop` and `/live` through the one that does not run the
+//! attempt, and a server that dies. The same with real processes on one PostgreSQL is in
+//! `team_e2e`.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::super::lock::{DbLock, Holder, LockError};
-use super::super::{ChatArgs, CliError, ProviderArgs, open_at, resolve_db_path};
+use super::super::{ChatArgs, CliError, ProviderArgs, coordinator, open_at, resolve_db_path};
 use super::{Frames, RESUME_ITEMS, path_segment};
 use crate::chat::consent::Answer;
 use crate::chat::engine::{Engine, SHUTDOWN_DEADLINE};
@@ -188,11 +188,14 @@ impl Local {
         let mut settings = p.engine_settings();
         settings.tool_limits.tool_timeout = std::time::Duration::from_secs(tools.tool_timeout);
         let tools = Arc::new(tools.start(Some(Arc::clone(&store)))?);
-        let engine = Engine::with_tools(
+        // On PostgreSQL running servers share the database: sessions are claimed against
+        // them (SPEC §16), as a server would.
+        let engine = Engine::coordinated(
             Arc::clone(&store),
             Arc::new(Provider::new(cfg)),
             settings,
             tools,
+            coordinator(&db)?,
         );
         Ok(Local {
             engine,

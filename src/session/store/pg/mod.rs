@@ -112,6 +112,22 @@ impl PgStore {
         })
     }
 
+    /// The coordinator of the servers sharing the database at `url` (SPEC §16), its
+    /// connections opened as the store's are: the same config and TLS (`sslmode`).
+    pub fn coordinator(url: &str) -> Result<coord::PgCoordinator> {
+        let config = parse(url, false)?;
+        let tls = tls()?;
+        coord::PgCoordinator::with_connector(Arc::new(move || config.connect(tls.clone()))).map_err(
+            |e| match e {
+                StoreError::Postgres(source) => StoreError::Connect {
+                    url: without_password(url),
+                    source,
+                },
+                other => other,
+            },
+        )
+    }
+
     fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
         Ok(self.pool.get()?)
     }
