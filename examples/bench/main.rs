@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release --example bench -- store [APPENDS] [CORPUS]   # appends and search
+//! cargo run --release --example bench -- store --db postgres://… [APPENDS] [CORPUS]  # next to PostgreSQL
 //! cargo run --release --example bench -- projection                 # per-turn context work
 //! cargo run --release --example bench -- first-token [TURNS]        # brain vs provider
 //! cargo run --release --example bench -- cost [TURNS]               # cache reuse vs naive
@@ -20,6 +21,7 @@ mod import;
 mod local;
 mod projection;
 mod store;
+mod store_pg;
 mod support;
 mod tools;
 mod transcript;
