@@ -6,6 +6,7 @@
 //! cargo run --release --example bench -- scale [--events M] [--out DB]  # issue 19's reads at 10M
 //! cargo run --release --example bench -- size [--out DB]                # dbstat: bytes per event
 //! cargo run --release --example bench -- store [APPENDS] [CORPUS]   # appends and search
+//! cargo run --release --example bench -- store --db postgres://… [APPENDS] [CORPUS]  # next to PostgreSQL
 //! cargo run --release --example bench -- projection                 # per-turn context work
 //! cargo run --release --example bench -- first-token [TURNS]        # brain vs provider
 //! cargo run --release --example bench -- cost [TURNS]               # cache reuse vs naive
@@ -27,6 +28,7 @@ mod local;
 mod projection;
 mod scale;
 mod store;
+mod store_pg;
 mod support;
 mod team;
 mod tools;

@@ -68,12 +68,9 @@ fn per_turn(
     let mut times = Vec::new();
     for i in 0..=RUNS {
         let t = Instant::now();
-        let events = store.events_for_context(id)?;
-        let ctx = llm_context(&events);
-        let tokens = estimator.context(&ctx);
+        let events = context_once(store, estimator, id)?;
         let elapsed = t.elapsed();
-        read = events.len();
-        assert!(tokens.total > 0);
+        read = events;
         if i > 0 {
             times.push(elapsed);
         }
@@ -82,9 +79,21 @@ fn per_turn(
     Ok((read, times))
 }
 
+/// One turn's context work: read, project, estimate; returns the events read.
+pub fn context_once(
+    store: &Store,
+    estimator: &Estimator,
+    id: SessionId,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let events = store.events_for_context(id)?;
+    let tokens = estimator.context(&llm_context(&events));
+    assert!(tokens.total > 0);
+    Ok(events.len())
+}
+
 /// A session of `events` events: user/assistant pairs of ~60 words, and optionally a
 /// compaction that leaves the last `TAIL_EVENTS` live.
-fn session(
+pub fn session(
     store: &Store,
     events: u64,
     compacted: bool,

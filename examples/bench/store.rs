@@ -27,13 +27,20 @@ use rusqlite::{Connection, TransactionBehavior, params};
 
 const SESSIONS: usize = 16;
 const ROUNDS: usize = 3;
-const MESSAGE: &str = "How do I keep a sourdough starter alive over a long weekend away? \
+pub const MESSAGE: &str = "How do I keep a sourdough starter alive over a long weekend away? \
     I feed it once a day with equal parts flour and water, and it smells fine.";
 
 pub fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    let appends = args.first().copied().unwrap_or(2_000);
-    let corpus = args.get(1).copied().unwrap_or(100_000).max(100_000);
+    let db = args
+        .iter()
+        .position(|a| a == "--db")
+        .and_then(|i| args.get(i + 1));
+    let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let appends = numbers.first().copied().unwrap_or(2_000);
+    let corpus = numbers.get(1).copied().unwrap_or(100_000).max(100_000);
+    if let Some(url) = db {
+        return crate::store_pg::run(url, appends, corpus);
+    }
     println!("# brain store benchmark: {appends} appends per run, median of {ROUNDS} rounds\n");
     println!("| sync | writers | impl | appends/s | p50 ms | p99 ms | max ms | brain/direct |");
     println!("|---|---|---|---|---|---|---|---|");
@@ -48,13 +55,13 @@ pub fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Latencies of one run and its wall time.
-struct Run {
-    latencies: Vec<Duration>,
-    wall: Duration,
+pub struct Run {
+    pub latencies: Vec<Duration>,
+    pub wall: Duration,
 }
 
 impl Run {
-    fn rate(&self) -> f64 {
+    pub fn rate(&self) -> f64 {
         self.latencies.len() as f64 / self.wall.as_secs_f64()
     }
 }
@@ -104,10 +111,10 @@ fn bench_appends(
     Ok(())
 }
 
-/// Runs `appends` calls of `op` spread over `writers` threads, timing each.
-fn drive<F>(writers: usize, appends: usize, op: F) -> Run
+/// Runs `appends` calls of `op(writer, call)` spread over `writers` threads, timing each.
+pub fn drive<F>(writers: usize, appends: usize, op: F) -> Run
 where
-    F: Fn(usize) + Send + Sync + 'static,
+    F: Fn(usize, usize) + Send + Sync + 'static,
 {
     let op = Arc::new(op);
     let start = Instant::now();
@@ -118,7 +125,7 @@ where
                 (0..appends / writers)
                     .map(|i| {
                         let t = Instant::now();
-                        op(w * 7919 + i);
+                        op(w, i);
                         t.elapsed()
                     })
                     .collect::<Vec<_>>()
@@ -159,8 +166,8 @@ fn run_brain(
         text: MESSAGE.into(),
     });
     let s = Arc::clone(&store);
-    Ok(drive(writers, appends, move |i| {
-        if let Err(e) = s.append(ids[i % SESSIONS], &payload) {
+    Ok(drive(writers, appends, move |w, i| {
+        if let Err(e) = s.append(ids[(w * 7919 + i) % SESSIONS], &payload) {
             eprintln!("append failed: {e}");
         }
     }))
@@ -195,9 +202,9 @@ fn run_direct(
     )?;
     let conn = Arc::new(Mutex::new(conn));
     let payload = serde_json::json!({ "text": MESSAGE }).to_string();
-    let run = drive(writers, appends, move |i| {
+    let run = drive(writers, appends, move |w, i| {
         let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = direct_append(&mut c, &ids[i % SESSIONS], &payload) {
+        if let Err(e) = direct_append(&mut c, &ids[(w * 7919 + i) % SESSIONS], &payload) {
             eprintln!("direct append failed: {e}");
         }
     });
@@ -261,9 +268,74 @@ fn filler_word(rng: &mut Rng) -> String {
     w
 }
 
+/// The search queries: a rare word, two words of ~5% each, a word in 10% of events.
+pub const QUERIES: [(&str, &str); 3] = [
+    ("rare word (10 events)", "zyzzyva"),
+    ("2-word AND (~5% each)", "harbour lantern"),
+    ("common word (10%)", "common"),
+];
+
 fn bench_search(corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = fresh_store(dir.path(), SyncMode::Normal)?;
+    let build = Instant::now();
+    build_corpus(&store, corpus)?;
+    let db_mib = std::fs::metadata(dir.path().join("bench.db"))?.len() as f64 / 1048576.0;
+    println!(
+        "search corpus: {corpus} events built in {:.1} s ({db_mib:.0} MiB before checkpoint)\n",
+        build.elapsed().as_secs_f64()
+    );
+    println!(
+        "| query | hits (limit 20) | before: rank every match, p50 ms | brain best first p50 ms | brain newest first p50 ms | best first max ms |"
+    );
+    println!("|---|---|---|---|---|---|");
+    // "Before" is the statement brain ran until the rank window (bm25 over every match),
+    // issued straight through rusqlite on its own connection; brain's two orders go
+    // through the store (plain-text → FTS5, snippet parsing, the pool, row mapping).
+    let raw = Connection::open(dir.path().join("bench.db"))?;
+    for (name, text) in QUERIES {
+        let best = SearchQuery {
+            text: text.into(),
+            syntax: Syntax::Plain,
+            limit: 20,
+            offset: 0,
+            order: SearchOrder::Relevance,
+        };
+        let recent = SearchQuery {
+            order: SearchOrder::Recent,
+            ..best.clone()
+        };
+        let hits = store.search(&best)?.len();
+        let expr = brain::session::search::plain_to_fts(text).ok_or("empty query")?;
+        let (mut before, mut ours, mut newest) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..30 {
+            let t = Instant::now();
+            raw_search(&raw, &expr)?;
+            before.push(t.elapsed());
+            let t = Instant::now();
+            let _ = store.search(&best);
+            ours.push(t.elapsed());
+            let t = Instant::now();
+            let _ = store.search(&recent);
+            newest.push(t.elapsed());
+        }
+        for v in [&mut before, &mut ours, &mut newest] {
+            v.sort_unstable();
+        }
+        println!(
+            "| {name} | {hits} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            percentile(&before, 0.5),
+            percentile(&ours, 0.5),
+            percentile(&newest, 0.5),
+            percentile(&ours, 1.0)
+        );
+    }
+    Ok(())
+}
+
+/// Appends `corpus` generated messages over 200 sessions, in transactions of 2,000 (the
+/// same words and seed on every store, so queries hit the same events).
+pub fn build_corpus(store: &Store, corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let sessions: Vec<SessionId> = (0..200)
         .map(|_| {
@@ -272,7 +344,6 @@ fn bench_search(corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
                 .map(|s| s.id)
         })
         .collect::<Result<_, _>>()?;
-    let build = Instant::now();
     let batch = 2_000;
     for start in (0..corpus).step_by(batch) {
         store.write(|w| {
@@ -314,60 +385,6 @@ fn bench_search(corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(())
         })?;
-    }
-    let db_mib = std::fs::metadata(dir.path().join("bench.db"))?.len() as f64 / 1048576.0;
-    println!(
-        "search corpus: {corpus} events built in {:.1} s ({db_mib:.0} MiB before checkpoint)\n",
-        build.elapsed().as_secs_f64()
-    );
-    println!(
-        "| query | hits (limit 20) | before: rank every match, p50 ms | brain best first p50 ms | brain newest first p50 ms | best first max ms |"
-    );
-    println!("|---|---|---|---|---|---|");
-    // "Before" is the statement brain ran until the rank window (bm25 over every match),
-    // issued straight through rusqlite on its own connection; brain's two orders go
-    // through the store (plain-text → FTS5, snippet parsing, the pool, row mapping).
-    let raw = Connection::open(dir.path().join("bench.db"))?;
-    for (name, text) in [
-        ("rare word (10 events)", "zyzzyva"),
-        ("2-word AND (~5% each)", "harbour lantern"),
-        ("common word (10%)", "common"),
-    ] {
-        let best = SearchQuery {
-            text: text.into(),
-            syntax: Syntax::Plain,
-            limit: 20,
-            offset: 0,
-            order: SearchOrder::Relevance,
-        };
-        let recent = SearchQuery {
-            order: SearchOrder::Recent,
-            ..best.clone()
-        };
-        let hits = store.search(&best)?.len();
-        let expr = brain::session::search::plain_to_fts(text).ok_or("empty query")?;
-        let (mut before, mut ours, mut newest) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..30 {
-            let t = Instant::now();
-            raw_search(&raw, &expr)?;
-            before.push(t.elapsed());
-            let t = Instant::now();
-            let _ = store.search(&best);
-            ours.push(t.elapsed());
-            let t = Instant::now();
-            let _ = store.search(&recent);
-            newest.push(t.elapsed());
-        }
-        for v in [&mut before, &mut ours, &mut newest] {
-            v.sort_unstable();
-        }
-        println!(
-            "| {name} | {hits} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            percentile(&before, 0.5),
-            percentile(&ours, 0.5),
-            percentile(&newest, 0.5),
-            percentile(&ours, 1.0)
-        );
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use brain::session::projection::ui_transcript;
 use brain::session::{Payload, SessionId, Store, StoreOptions, SyncMode};
 
 const EVENTS: u64 = 100_000;
-const LIMIT: usize = 500;
+pub const LIMIT: usize = 500;
 const RUNS: usize = 30;
 
 pub fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,9 +25,7 @@ pub fn run() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     let id = session(&store)?;
-    // The oldest page: the first 500 items, which end before this seq.
-    let all = ui_transcript(&store.events(id, 0, None)?, None);
-    let oldest_before = all.get(LIMIT).map_or(u64::MAX, |i| i.seq);
+    let oldest_before = oldest_before(&store, id)?;
     println!(
         "| page (500 items, 100k-event session) | whole log, sliced: median ms | page read: median ms |"
     );
@@ -43,6 +41,12 @@ pub fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!("| {name} | {whole:.2} | {page:.2} |");
     }
     Ok(())
+}
+
+/// Where the oldest page ends: the first 500 items come before this seq.
+pub fn oldest_before(store: &Store, id: SessionId) -> Result<u64, Box<dyn std::error::Error>> {
+    let all = ui_transcript(&store.events(id, 0, None)?, None);
+    Ok(all.get(LIMIT).map_or(u64::MAX, |i| i.seq))
 }
 
 type Items = Vec<brain::session::projection::Item>;
@@ -65,7 +69,7 @@ fn median(
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
 }
 
-fn session(store: &Store) -> Result<SessionId, Box<dyn std::error::Error>> {
+pub fn session(store: &Store) -> Result<SessionId, Box<dyn std::error::Error>> {
     let id = store
         .create_session(None, "You are a helpful assistant.".into())?
         .id;

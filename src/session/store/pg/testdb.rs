@@ -28,15 +28,21 @@ pub fn fresh(test: &str) -> Option<TestDb> {
         eprintln!("SKIPPED {test}: no PostgreSQL ({URL_VAR} unset; run .ci/postgres-up)");
         return None;
     };
-    let name = format!("brain_t_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = connect(&admin_url);
-    if let Err(e) = admin.batch_execute(&format!("CREATE DATABASE {name}")) {
-        panic!("{test}: cannot create a database in {admin_url}: {e}");
+    match create(&admin_url) {
+        Ok(db) => Some(db),
+        Err(e) => panic!("{test}: cannot create a database in {admin_url}: {e}"),
     }
-    let url = with_database(&admin_url, &name);
-    Some(TestDb {
-        url,
-        admin_url,
+}
+
+/// A fresh, empty database in the server at `admin_url` (the benchmarks name their own
+/// server), dropped with the guard.
+pub fn create(admin_url: &str) -> Result<TestDb, postgres::Error> {
+    let name = format!("brain_t_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = Client::connect(admin_url, NoTls)?;
+    admin.batch_execute(&format!("CREATE DATABASE {name}"))?;
+    Ok(TestDb {
+        url: with_database(admin_url, &name),
+        admin_url: admin_url.to_owned(),
         name,
     })
 }
@@ -58,6 +64,7 @@ pub fn with_database(url: &str, name: &str) -> String {
     }
 }
 
+#[cfg(test)]
 fn connect(url: &str) -> Client {
     match Client::connect(url, NoTls) {
         Ok(c) => c,
