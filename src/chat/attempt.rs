@@ -432,12 +432,18 @@ pub(super) fn last_checkpoint(turn: &ActiveTurn, out: &Streamed, ended: AttemptE
     })
 }
 
-/// Appends a `pending_state` with what arrived since the last one, if anything did.
+/// Appends a `pending_state` with what arrived since the last one, if anything did,
+/// while the session is still this attempt's (checked every checkpoint interval).
 pub(super) fn checkpoint(
     inner: &Inner,
     turn: &ActiveTurn,
     out: &mut Streamed,
 ) -> Result<(), StoreError> {
+    // The claim first (one query on its connection): an attempt whose session another
+    // server took appends nothing more but its end.
+    if !turn.keep_claim() {
+        return Ok(());
+    }
     let Some(payload) = unsaved(turn, out) else {
         return Ok(());
     };

@@ -13,6 +13,8 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
@@ -20,15 +22,53 @@ pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
 use crate::session::{SessionId, StoreError};
 
+/// How often, and for how long at most, a `/stop` for an attempt running on another
+/// server is sent again while the session stays claimed: a note sent while that server's
+/// listener reconnects is lost to it (its backoff is at most 5 s).
+pub const STOP_RESEND_EVERY: Duration = Duration::from_millis(500);
+pub const STOP_RESEND_FOR: Duration = Duration::from_secs(30);
+
 /// A session claimed by this server; released when dropped.
 pub struct Claim {
-    _held: Option<Box<dyn Send>>,
+    held: Option<Box<dyn Held>>,
+}
+
+/// What a claim holds across servers.
+trait Held: Send {
+    /// Whether it still holds (taken again if it was lost and nobody took it meanwhile).
+    fn keep(&mut self) -> Result<bool, StoreError>;
+}
+
+impl Held for SessionLock {
+    fn keep(&mut self) -> Result<bool, StoreError> {
+        SessionLock::keep(self)
+    }
 }
 
 impl Claim {
     /// A claim that holds nothing (one server: the engine's registry excludes the rest).
     pub fn local() -> Claim {
-        Claim { _held: None }
+        Claim { held: None }
+    }
+
+    /// Whether the session is still this server's. `false` when another server took it
+    /// after this claim's connection broke, or when that cannot be told (the database
+    /// out of reach): I7 comes first. Logged, since the attempt ends for it.
+    pub fn keep(&mut self, id: SessionId) -> bool {
+        let Some(held) = self.held.as_mut() else {
+            return true;
+        };
+        match held.keep() {
+            Ok(true) => true,
+            Ok(false) => {
+                log::warn!("{id}: another server took the session (this one's lock was lost)");
+                false
+            }
+            Err(e) => {
+                log::warn!("{id}: lost the session's lock and cannot take it again: {e}");
+                false
+            }
+        }
     }
 }
 
@@ -83,7 +123,7 @@ impl Coordinator for PgCoordinator {
 
     fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError> {
         Ok(self.try_lock(id)?.map(|l: SessionLock| Claim {
-            _held: Some(Box::new(l)),
+            held: Some(Box::new(l)),
         }))
     }
 
@@ -130,12 +170,32 @@ impl Engine {
         active
     }
 
-    /// `/stop` of an attempt this server does not run: sent to whichever does.
+    /// `/stop` of an attempt this server does not run: sent to whichever does, and sent
+    /// again in the background while the session stays claimed (see [`STOP_RESEND_EVERY`]).
+    /// The note names the attempt the log shows running, so a late one leaves a newer
+    /// attempt alone.
     pub(super) fn stop_elsewhere(&self, id: SessionId) -> Result<(), EngineError> {
         if !self.claimed_elsewhere(&[id]).contains(&id) {
             return Err(EngineError::NoActiveTurn);
         }
-        self.inner.coord.notify(&Note::Stop(id))?;
+        let events = self.inner.store.events_for_context(id)?;
+        let (turn, attempt) = super::follow::Follow::new(id, &events).running();
+        let note = Note::Stop {
+            session: id,
+            turn,
+            attempt,
+        };
+        self.inner.coord.notify(&note)?;
+        if lock(&self.inner.stopping).insert(id) {
+            let inner = Arc::downgrade(&self.inner);
+            let spawned = thread::Builder::new()
+                .name("brain-stop-resend".into())
+                .spawn(move || resend_stop(&inner, &note, id));
+            if let Err(e) = spawned {
+                lock(&self.inner.stopping).remove(&id);
+                log::warn!("{id}: cannot start a thread to send the stop again: {e}");
+            }
+        }
         Ok(())
     }
 
@@ -219,7 +279,7 @@ impl Engine {
                 return;
             };
             let id = match &note {
-                Note::Stop(id) | Note::Answer { session: id, .. } => *id,
+                Note::Stop { session: id, .. } | Note::Answer { session: id, .. } => *id,
             };
             let turn = lock(&inner.turns)
                 .get(&id)
@@ -229,7 +289,13 @@ impl Engine {
                 return;
             };
             match note {
-                Note::Stop(_) => turn.request_stop(),
+                Note::Stop {
+                    turn: t, attempt, ..
+                } => {
+                    if (turn.turn, turn.attempt) == (t, attempt) {
+                        turn.request_stop();
+                    }
+                }
                 Note::Answer {
                     call_id,
                     allow,
@@ -245,5 +311,34 @@ impl Engine {
         if let Err(e) = self.inner.coord.listen(Box::new(on_note)) {
             log::error!("cannot listen for requests from other servers: {e}");
         }
+    }
+}
+
+/// Sends `note` (a stop) again every [`STOP_RESEND_EVERY`] while its session stays claimed,
+/// for at most [`STOP_RESEND_FOR`], or until the engine goes.
+fn resend_stop(inner: &std::sync::Weak<super::engine::Inner>, note: &Note, id: SessionId) {
+    let until = Instant::now() + STOP_RESEND_FOR;
+    let mut released = false;
+    while Instant::now() < until && !released {
+        thread::sleep(STOP_RESEND_EVERY);
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        // A look that fails counts as claimed: the note is harmless if it is not.
+        released = inner.coord.claimed(&[id]).is_ok_and(|c| !c.contains(&id));
+        if released {
+            break;
+        }
+        if let Err(e) = inner.coord.notify(note) {
+            log::warn!("{id}: cannot send the stop again: {e}");
+        }
+    }
+    if !released {
+        log::warn!(
+            "{id}: its attempt on another server still runs {STOP_RESEND_FOR:?} after a stop"
+        );
+    }
+    if let Some(inner) = inner.upgrade() {
+        lock(&inner.stopping).remove(&id);
     }
 }

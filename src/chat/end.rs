@@ -20,6 +20,12 @@ pub(super) fn end_attempt(
     took: Duration,
 ) -> Frame {
     let provider = inner.provider.base_url().to_owned();
+    // The answer is appended only while the session is still this attempt's (I7): else
+    // it ends as a stop does, its text kept as its partial.
+    let stopped = match stopped {
+        Stopped::Completed if !out.text.is_empty() && !turn.keep_claim() => Stopped::ByUser,
+        other => other,
+    };
     let (code, message, retryable) = match &stopped {
         Stopped::Completed if !out.text.is_empty() => {
             return complete(inner, turn, model, out, took);
@@ -48,6 +54,11 @@ pub(super) fn end_attempt(
             }
             (e.code().to_owned(), message, e.retryable())
         }
+        Stopped::ByUser if turn.claim_lost() => (
+            "stopped".to_owned(),
+            "another server took the session".to_owned(),
+            true,
+        ),
         Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
         Stopped::Shutdown => (
             "shutdown".to_owned(),

@@ -153,6 +153,8 @@ pub(super) struct Inner {
     background: Mutex<Vec<JoinHandle<()>>>,
     /// Sessions a post-turn job is titling now: one title job per session at a time.
     titling: Mutex<HashSet<SessionId>>,
+    /// Sessions whose stop is being sent again to another server (one sender each).
+    pub(super) stopping: Mutex<HashSet<SessionId>>,
     /// Background purposes that keep failing for a model pause.
     pub breakers: Mutex<Breakers>,
     /// Tools the users allowed for the rest of a session.
@@ -209,6 +211,7 @@ impl Engine {
                 workers: Mutex::new(Vec::new()),
                 background: Mutex::new(Vec::new()),
                 titling: Mutex::new(HashSet::new()),
+                stopping: Mutex::new(HashSet::new()),
                 breakers: Mutex::new(Breakers::default()),
                 remembered: super::consent::Remembered::default(),
                 coord,

@@ -187,6 +187,8 @@ pub struct ActiveTurn {
     pub(super) consent: Mutex<Option<super::consent::Waiting>>,
     /// The session's claim across servers, held while the attempt runs (I7).
     claim: Mutex<Option<super::coord::Claim>>,
+    /// Set when another server took the session from under the attempt.
+    claim_lost: AtomicBool,
 }
 
 impl ActiveTurn {
@@ -206,12 +208,31 @@ impl ActiveTurn {
             shutdown: AtomicBool::new(false),
             consent: Mutex::new(None),
             claim: Mutex::new(None),
+            claim_lost: AtomicBool::new(false),
         }
     }
 
     /// Holds the session's claim until the attempt ends.
     pub(super) fn hold(&self, claim: super::coord::Claim) {
         *self.claim.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim);
+    }
+
+    /// Whether the session is still this attempt's (I7 across servers; see
+    /// [`super::coord::Claim::keep`]). When it is not, the attempt is asked to stop, as a
+    /// `/stop` would: it ends with its text kept.
+    pub(super) fn keep_claim(&self) -> bool {
+        let mut claim = self.claim.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = claim.as_mut().is_none_or(|c| c.keep(self.session_id));
+        if !kept {
+            self.claim_lost.store(true, Ordering::SeqCst);
+            self.request_stop();
+        }
+        kept
+    }
+
+    /// Whether the attempt stops because another server took the session.
+    pub(super) fn claim_lost(&self) -> bool {
+        self.claim_lost.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> MutexGuard<'_, Log> {

@@ -28,6 +28,8 @@ struct Team {
     store: Arc<Store>,
     a: Engine,
     b: Engine,
+    /// A's coordinator (to cut its listener off).
+    coord_a: Arc<PgCoordinator>,
 }
 
 fn team(test: &str, mock: &MockLlm) -> Option<Team> {
@@ -42,23 +44,96 @@ fn team(test: &str, mock: &MockLlm) -> Option<Team> {
             checkpoint_interval: Duration::from_millis(200),
             ..quiet()
         };
-        let coord = PgCoordinator::from_url(&pg.url).expect("the test PostgreSQL");
-        Engine::coordinated(
+        let coord = Arc::new(PgCoordinator::from_url(&pg.url).expect("the test PostgreSQL"));
+        let engine = Engine::coordinated(
             Arc::clone(&store),
             Arc::new(Provider::new(cfg)),
             settings,
             Arc::new(Tools::off()),
-            Arc::new(coord),
-        )
+            Arc::clone(&coord) as _,
+        );
+        (engine, coord)
     };
-    let (a, b) = (server(), server());
+    let ((a, coord_a), (b, _)) = (server(), server());
     Some(Team {
         _db: db,
         pg,
         store,
         a,
         b,
+        coord_a,
     })
+}
+
+fn admin(t: &Team) -> postgres::Client {
+    postgres::Client::connect(&t.pg.url, postgres::NoTls).unwrap()
+}
+
+/// The backend holding the session's lock, if one does.
+fn holder(admin: &mut postgres::Client, id: SessionId) -> Option<i32> {
+    admin
+        .query_opt(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+               AND ((classid::bigint << 32) | objid::bigint) = $1",
+            &[&lock_key(id)],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+fn terminate(admin: &mut postgres::Client, pid: i32) {
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap();
+}
+
+fn turn_in_flight<T>(r: Result<T, EngineError>) -> bool {
+    matches!(r, Err(EngineError::TurnInFlight))
+}
+
+/// The session's events of `turn`, as (seq, kind, payload).
+fn events_of(t: &Team, id: SessionId, turn: u64) -> Vec<(u64, String, serde_json::Value)> {
+    t.store
+        .events(id, 0, None)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.seq, e.kind, serde_json::from_str(&e.payload).unwrap()))
+        .filter(|(_, _, p): &(_, _, serde_json::Value)| p["turn"] == turn)
+        .collect()
+}
+
+/// While it lives, the test database takes no new connections (an outage as the
+/// servers' reconnects see it; their open connections go on).
+struct Refusing {
+    server: postgres::Client,
+    name: String,
+}
+
+impl Refusing {
+    fn start(t: &Team) -> Refusing {
+        let name: String = admin(t)
+            .query_one("SELECT current_database()", &[])
+            .unwrap()
+            .get(0);
+        // From another database: a database cannot refuse its own connections' peers.
+        let url = std::env::var("BRAIN_TEST_PG_URL").unwrap();
+        let mut server = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        server
+            .batch_execute(&format!(
+                "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false"
+            ))
+            .unwrap();
+        Refusing { server, name }
+    }
+}
+
+impl Drop for Refusing {
+    fn drop(&mut self) {
+        let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", self.name);
+        if let Err(e) = self.server.batch_execute(&allow) {
+            eprintln!("could not allow connections again: {e}");
+        }
+    }
 }
 
 fn session(t: &Team) -> SessionId {
@@ -186,39 +261,147 @@ fn a_follower_on_another_server_gets_a_completed_answer_to_its_end() {
 }
 
 #[test]
-fn when_the_server_running_a_turn_dies_the_session_is_free_and_a_follower_ends() {
+fn after_an_outage_a_send_gets_fresh_connections_for_the_ones_that_died_unseen() {
     let mock = MockLlm::start(&[]);
-    let Some(t) = team("when_the_server_running_a_turn_dies", &mock) else {
+    let Some(t) = team("after_an_outage_a_send_gets_fresh_connections", &mock) else {
         return;
     };
     let id = session(&t);
-    mock.script(json!({"kind": "stream", "text": "a b c d e f g h i j k l m n", "delay_ms": 150}));
-    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
-    until_text(&mut on_a);
-    wait_until("a checkpoint", || {
-        t.store
-            .events(id, 0, None)
-            .unwrap()
-            .iter()
-            .any(|e| e.kind == "pending_state")
+    mock.script(json!({"kind": "stream", "text": "before"}));
+    assert_eq!(
+        end(&frames(t.a.send(id, "one", None).unwrap())).0,
+        EndStatus::Completed
+    );
+    // Every backend ends (a database restart): A's idle connections look open to it.
+    let mut admin = admin(&t);
+    let others = "SELECT pid FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let pids: Vec<i32> = admin
+        .query(others, &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for pid in &pids {
+        terminate(&mut admin, *pid);
+    }
+    // (The listeners reconnect at once: only the old backends must be gone.)
+    wait_until("the old backends gone", || {
+        let now = admin.query(others, &[]).unwrap();
+        now.iter().all(|r| !pids.contains(&r.get(0)))
     });
-    let followed = t.b.live(id).unwrap();
-    // What A's death looks like from the database: its connections end.
-    let mut admin = postgres::Client::connect(&t.pg.url, postgres::NoTls).unwrap();
+    mock.script(json!({"kind": "stream", "text": "after"}));
+    let f = frames(t.a.send(id, "two", None).expect("a send after the outage"));
+    assert_eq!(end(&f).0, EndStatus::Completed);
+}
+
+#[test]
+fn an_attempt_whose_lock_connection_dies_takes_the_lock_again_and_goes_on() {
+    let mock = MockLlm::start(&[]);
+    let Some(t) = team("an_attempt_whose_lock_connection_dies", &mock) else {
+        return;
+    };
+    let id = session(&t);
+    let words = "a b c d e f g h i j k l m n";
+    mock.script(json!({"kind": "stream", "text": words, "delay_ms": 150}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    let mut seen = until_text(&mut on_a);
+    let mut admin = admin(&t);
+    let pid = holder(&mut admin, id).expect("A holds the session");
+    terminate(&mut admin, pid);
+    wait_until("the lock taken again", || {
+        holder(&mut admin, id).is_some_and(|p| p != pid)
+    });
+    assert!(turn_in_flight(t.b.send(id, "me too", None)));
+    seen.extend(frames(on_a));
+    assert_eq!(end(&seen).0, EndStatus::Completed, "{seen:?}");
+    assert_eq!(text(&seen), words);
+}
+
+#[test]
+fn an_attempt_whose_lock_another_server_took_meanwhile_ends_with_its_text_kept() {
+    let mock = MockLlm::start(&[]);
+    let Some(t) = team("an_attempt_whose_lock_another_took", &mock) else {
+        return;
+    };
+    let id = session(&t);
+    let words: Vec<String> = (0..60).map(|i| format!("w{i}")).collect();
+    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    let mut seen = until_text(&mut on_a);
+    let Frame::Turn { turn, .. } = seen[0] else {
+        panic!("{seen:?}")
+    };
+    let mut admin = admin(&t);
+    let pid = holder(&mut admin, id).expect("A holds the session");
+    // Another server waits for the lock: it gets it the moment A's connection ends, before
+    // A can notice.
+    let url = t.pg.url.clone();
     let key = lock_key(id);
-    admin
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
-               AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1",
-            &[&key],
-        )
+    let other = std::thread::spawn(move || {
+        let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        other
+            .execute("SELECT pg_advisory_lock($1)", &[&key])
+            .unwrap();
+        other
+    });
+    wait_until("the other server waiting", || {
+        let waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+        !admin.query(waiting, &[]).unwrap().is_empty()
+    });
+    terminate(&mut admin, pid);
+    let mut other = other.join().unwrap();
+    seen.extend(frames(on_a));
+    let (status, seq) = end(&seen);
+    assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
+    assert!(
+        text(&seen).len() < words.join(" ").len(),
+        "it went on to the end"
+    );
+    // Its text is kept: the partial is what it streamed, and its last event says why.
+    let a_events = events_of(&t, id, turn);
+    let partial: String = a_events
+        .iter()
+        .filter(|(_, kind, _)| kind == "pending_state")
+        .map(|(_, _, p)| p["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(partial, text(&seen));
+    let (last_seq, _, last) = a_events.last().unwrap();
+    assert_eq!(Some(*last_seq), seq);
+    assert_eq!(last["ended"]["code"], "stopped", "{last}");
+    // The other server's session: nobody else gets in; once it lets go, B's turn runs and
+    // A's attempt wrote nothing more.
+    assert!(turn_in_flight(t.b.send(id, "me too", None)));
+    other
+        .execute("SELECT pg_advisory_unlock($1)", &[&key])
         .unwrap();
-    let f = frames(followed);
-    let (status, seq) = end(&f);
-    assert_eq!(status, EndStatus::Interrupted, "{f:?}");
-    assert!(seq.is_some(), "ends at the checkpoint it last saw");
-    wait_until("the session free", || !t.b.turn_active(id));
-    // (A still runs here, in this process; a real death takes it along. Stop it.)
-    t.a.stop(id).unwrap();
-    frames(on_a);
+    mock.script(json!({"kind": "stream", "text": "from b"}));
+    assert_eq!(
+        end(&frames(t.b.send(id, "now b", None).unwrap())).0,
+        EndStatus::Completed
+    );
+    assert_eq!(events_of(&t, id, turn).len(), a_events.len());
+}
+
+#[test]
+fn a_stop_sent_while_the_running_servers_listener_reconnects_still_stops_the_attempt() {
+    let mock = MockLlm::start(&[]);
+    let Some(t) = team("a_stop_sent_while_the_listener_reconnects", &mock) else {
+        return;
+    };
+    let id = session(&t);
+    let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    let mut seen = until_text(&mut on_a);
+    let listener = t.coord_a.listener_pid().expect("A listens");
+    let mut admin = admin(&t);
+    // A's listener is cut off and cannot reconnect while the stop is sent: it misses it.
+    let refusing = Refusing::start(&t);
+    terminate(&mut admin, listener);
+    wait_until("A's listener gone", || t.coord_a.listener_pid().is_none());
+    t.b.stop(id).unwrap();
+    drop(refusing);
+    seen.extend(frames(on_a));
+    assert_eq!(end(&seen).0, EndStatus::Interrupted, "{seen:?}");
 }

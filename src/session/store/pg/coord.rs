@@ -15,8 +15,12 @@
 //! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] with the session id; every
 //!   server LISTENs on a dedicated connection on a thread of its own, reconnecting with a
 //!   backoff when it drops. A permission answer travels the same way on
-//!   [`ANSWER_CHANNEL`]. A notification sent while a listener reconnects is lost to it
-//!   (the user stops or answers again).
+//!   [`ANSWER_CHANNEL`]. A notification sent while a listener reconnects is lost to it:
+//!   the server that sent a stop sends it again until the attempt lets go
+//!   (`chat::coord`); an answer lost is given again (the question waits until its timeout).
+//! - **An outage**: idle connections that died unseen are replaced on first use
+//!   ([`Shared::run`]); a held lock whose connection died is taken again, if still free,
+//!   when its attempt checks it ([`SessionLock::keep`]).
 //!
 //! Each connection comes from one connect function, so the caller decides TLS
 //! ([`PgCoordinator::with_connector`]); [`PgCoordinator::from_url`] connects without TLS.
@@ -33,7 +37,7 @@ use postgres::{Client, NoTls};
 use crate::session::events::SessionId;
 use crate::session::store::{Result, StoreError};
 
-/// The channel `/stop` requests travel on; the payload is the session id.
+/// The channel `/stop` requests travel on; the payload is a [`Note::Stop`] as JSON.
 pub const STOP_CHANNEL: &str = "brain_stop";
 /// The channel permission answers travel on; the payload is a [`Note::Answer`] as JSON.
 pub const ANSWER_CHANNEL: &str = "brain_answer";
@@ -49,8 +53,12 @@ pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// What one server asks of the one running a session's attempt.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Note {
-    /// Stop the attempt (`/stop`).
-    Stop(SessionId),
+    /// Stop the attempt (`/stop`); only that one: a late note leaves a newer one alone.
+    Stop {
+        session: SessionId,
+        turn: u64,
+        attempt: u32,
+    },
     /// The user's answer to the call the attempt waits on (`POST …/permissions/{call_id}`).
     Answer {
         session: SessionId,
@@ -118,9 +126,7 @@ impl PgCoordinator {
     /// claim of this one) holds it: `None` then.
     pub fn try_lock(&self, id: SessionId) -> Result<Option<SessionLock>> {
         let key = lock_key(id);
-        let mut client = self.shared.client()?;
-        let row = client.query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])?;
-        let (got, pid): (bool, i32) = (row.try_get(0)?, row.try_get(1)?);
+        let (client, (got, pid)) = self.shared.run(|c| try_lock_on(c, key))?;
         if !got {
             self.shared.give_back(client);
             return Ok(None);
@@ -139,15 +145,16 @@ impl PgCoordinator {
             return Ok(HashSet::new());
         }
         let keys: Vec<i64> = ids.iter().map(|id| lock_key(*id)).collect();
-        let mut client = self.shared.client()?;
         // A bigint key k shows as classid = k >> 32, objid = its low half, objsubid = 1.
-        let rows = client.query(
-            "SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
-             WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-               AND ((classid::bigint << 32) | objid::bigint) = ANY($1)",
-            &[&keys],
-        )?;
+        let (client, rows) = self.shared.run(|c| {
+            c.query(
+                "SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
+                 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND ((classid::bigint << 32) | objid::bigint) = ANY($1)",
+                &[&keys],
+            )
+        })?;
         self.shared.give_back(client);
         let held: HashSet<i64> = rows
             .iter()
@@ -162,16 +169,15 @@ impl PgCoordinator {
 
     /// Tells every server (the one running the session's attempt acts on it).
     pub fn notify(&self, note: &Note) -> Result<()> {
-        let (channel, payload) = match note {
-            Note::Stop(id) => (STOP_CHANNEL, id.to_string()),
-            Note::Answer { .. } => (
-                ANSWER_CHANNEL,
-                serde_json::to_string(note)
-                    .map_err(|e| StoreError::Corrupt(format!("an unencodable note: {e}")))?,
-            ),
+        let channel = match note {
+            Note::Stop { .. } => STOP_CHANNEL,
+            Note::Answer { .. } => ANSWER_CHANNEL,
         };
-        let mut client = self.shared.client()?;
-        client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload])?;
+        let payload = serde_json::to_string(note)
+            .map_err(|e| StoreError::Corrupt(format!("an unencodable note: {e}")))?;
+        let (client, _) = self
+            .shared
+            .run(|c| c.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]))?;
         self.shared.give_back(client);
         Ok(())
     }
@@ -204,14 +210,28 @@ impl Drop for PgCoordinator {
 }
 
 impl Shared {
-    /// An idle connection that is still open, or a new one.
-    fn client(&self) -> Result<Client> {
-        while let Some(c) = lock(&self.idle).pop() {
-            if !c.is_closed() {
-                return Ok(c);
+    /// Runs `work` on an idle connection, or a new one; the connection comes back with its
+    /// answer. An idle connection may have died unseen (`is_closed` stays false for a
+    /// backend the server ended: a restart, a network loss): when one fails, it and every
+    /// other idle one (an outage takes them all) are dropped and `work` runs once more, on
+    /// a new connection. Once: a new connection that fails means the database does.
+    fn run<T>(
+        &self,
+        mut work: impl FnMut(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<(Client, T)> {
+        let reused = lock(&self.idle).pop().filter(|c| !c.is_closed());
+        if let Some(mut client) = reused {
+            match work(&mut client) {
+                Ok(answer) => return Ok((client, answer)),
+                Err(e) => {
+                    log::info!("dropped the idle database connections, one had broken: {e}");
+                    lock(&self.idle).clear();
+                }
             }
         }
-        Ok((self.connect)()?)
+        let mut client = (self.connect)()?;
+        let answer = work(&mut client)?;
+        Ok((client, answer))
     }
 
     fn give_back(&self, client: Client) {
@@ -272,11 +292,16 @@ impl Shared {
     }
 }
 
+/// Tries to take the lock `key` on `client`: whether it did, and the backend holding it.
+fn try_lock_on(client: &mut Client, key: i64) -> std::result::Result<(bool, i32), postgres::Error> {
+    let row = client.query_one("SELECT pg_try_advisory_lock($1), pg_backend_pid()", &[&key])?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
 /// A notification's note, unless it is not one.
 fn note(channel: &str, payload: &str) -> Option<Note> {
     match channel {
-        STOP_CHANNEL => payload.parse().ok().map(Note::Stop),
-        ANSWER_CHANNEL => serde_json::from_str(payload).ok(),
+        STOP_CHANNEL | ANSWER_CHANNEL => serde_json::from_str(payload).ok(),
         _ => None,
     }
 }
@@ -293,6 +318,31 @@ impl SessionLock {
     /// The backend holding the lock (for tests that kill it).
     pub fn backend_pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Whether the lock is still held: its connection answers a trivial query. When that
+    /// connection broke (a terminated backend, a network loss) the lock went with it; it
+    /// is taken again on a new connection unless someone took it meanwhile (`false`).
+    pub fn keep(&mut self) -> Result<bool> {
+        if let Some(client) = self.client.as_mut() {
+            match client.batch_execute("SELECT 1") {
+                Ok(_) => return Ok(true),
+                Err(e) => {
+                    log::warn!("a session lock's connection broke (the lock went with it): {e}")
+                }
+            }
+        }
+        self.client = None;
+        let mut client = (self.shared.connect)()?;
+        let (got, pid) = try_lock_on(&mut client, self.key)?;
+        if !got {
+            self.shared.give_back(client);
+            return Ok(false);
+        }
+        log::info!("a session lock was taken again on a new connection");
+        self.client = Some(client);
+        self.pid = pid;
+        Ok(true)
     }
 }
 
@@ -419,8 +469,13 @@ mod tests {
             .unwrap();
         assert!(eventually(|| listener.listens() == 1), "never listened");
         let id = SessionId::generate();
-        sender.notify(&Note::Stop(id)).unwrap();
-        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(id)));
+        let stop = Note::Stop {
+            session: id,
+            turn: 2,
+            attempt: 1,
+        };
+        sender.notify(&stop).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(stop));
         let answer = Note::Answer {
             session: id,
             call_id: "call \"1\"".into(),
@@ -437,8 +492,77 @@ mod tests {
             "did not reconnect"
         );
         assert_ne!(listener.listener_pid(), Some(pid));
-        let next = SessionId::generate();
-        sender.notify(&Note::Stop(next)).unwrap();
-        assert_eq!(rx.recv_timeout(DEADLINE), Ok(Note::Stop(next)));
+        let next = Note::Stop {
+            session: SessionId::generate(),
+            turn: 4,
+            attempt: 3,
+        };
+        sender.notify(&next).unwrap();
+        assert_eq!(rx.recv_timeout(DEADLINE), Ok(next));
+    }
+
+    /// Ends every connection to the test database but the caller's: an outage, or a
+    /// database restart, as the servers see it.
+    fn terminate_all(db: &testdb::TestDb) {
+        let mut admin = Client::connect(&db.url, NoTls).expect("admin connection");
+        let others = "SELECT pid FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()";
+        admin
+            .execute(
+                &format!("SELECT pg_terminate_backend(pid) FROM ({others}) o"),
+                &[],
+            )
+            .expect("terminates the backends");
+        assert!(
+            eventually(|| admin.query(others, &[]).is_ok_and(|r| r.is_empty())),
+            "the backends did not end"
+        );
+    }
+
+    #[test]
+    fn after_an_outage_idle_connections_that_died_unseen_are_replaced() {
+        let Some(db) = testdb::fresh("idle_connections_that_died_unseen") else {
+            return;
+        };
+        let coord = coordinator(&db);
+        let ids = [SessionId::generate(), SessionId::generate()];
+        // Two idle connections, then every backend ends.
+        drop(ids.map(|id| coord.try_lock(id).unwrap().expect("free")));
+        terminate_all(&db);
+        let held = coord.try_lock(ids[0]).expect("a claim after the outage");
+        assert!(held.is_some());
+        terminate_all(&db);
+        assert_eq!(coord.locked(&ids).unwrap(), HashSet::new());
+        terminate_all(&db);
+        let stop = Note::Stop {
+            session: ids[1],
+            turn: 2,
+            attempt: 1,
+        };
+        coord.notify(&stop).expect("a stop after the outage");
+    }
+
+    #[test]
+    fn a_lock_whose_connection_died_is_taken_again_unless_someone_else_took_it() {
+        let Some(db) = testdb::fresh("a_lock_whose_connection_died") else {
+            return;
+        };
+        let (here, there) = (coordinator(&db), coordinator(&db));
+        let id = SessionId::generate();
+        let mut held = here.try_lock(id).unwrap().expect("free");
+        assert!(held.keep().unwrap(), "alive");
+        let pid = held.backend_pid();
+        terminate(&db, pid);
+        assert!(held.keep().unwrap(), "free again, so taken again");
+        assert_ne!(held.backend_pid(), pid);
+        assert!(there.try_lock(id).unwrap().is_none(), "held again");
+        terminate(&db, held.backend_pid());
+        let mut theirs = None;
+        let taken = eventually(|| {
+            theirs = there.try_lock(id).ok().flatten();
+            theirs.is_some()
+        });
+        assert!(taken, "freed with its backend");
+        assert!(!held.keep().unwrap(), "another took it meanwhile");
     }
 }
