@@ -1,8 +1,9 @@
 //! Several servers on one database (SPEC §16), at the engine: two engines share one log
 //! (a SQLite file, so a test can move its clock) and coordinate through a real
 //! PostgreSQL: I7 across them, `/stop` and `/live` through the one that does not run the
-//! attempt, and a server that dies. The same with real processes on one PostgreSQL is in
-//! `team_e2e`.
+//! attempt, a server that dies, and connections lost under a running server (an outage:
+//! `pg_terminate_backend` from an admin connection). The same with real processes on one
+//! PostgreSQL is in `team_e2e`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -404,4 +405,38 @@ fn a_stop_sent_while_the_running_servers_listener_reconnects_still_stops_the_att
     drop(refusing);
     seen.extend(frames(on_a));
     assert_eq!(end(&seen).0, EndStatus::Interrupted, "{seen:?}");
+}
+
+#[test]
+fn when_the_server_running_a_turn_dies_the_session_is_free_and_a_follower_ends() {
+    let mock = MockLlm::start(&[]);
+    let Some(t) = team("when_the_server_running_a_turn_dies", &mock) else {
+        return;
+    };
+    let id = session(&t);
+    mock.script(json!({"kind": "stream", "text": "a b c d e f g h i j k l m n", "delay_ms": 150}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    until_text(&mut on_a);
+    wait_until("a checkpoint", || {
+        t.store
+            .events(id, 0, None)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "pending_state")
+    });
+    let followed = t.b.live(id).unwrap();
+    // What A's death looks like from the database: its lock's connection ends, and it
+    // does not come back (refused here, since A lives on in this process).
+    let mut admin = admin(&t);
+    let pid = holder(&mut admin, id).expect("A holds the session");
+    let refusing = Refusing::start(&t);
+    terminate(&mut admin, pid);
+    let f = frames(followed);
+    let (status, seq) = end(&f);
+    assert_eq!(status, EndStatus::Interrupted, "{f:?}");
+    assert!(seq.is_some(), "ends at the checkpoint it last saw");
+    wait_until("the session free", || !t.b.turn_active(id));
+    drop(refusing);
+    // (A, still here, ended when it found its lock gone and could not take it again.)
+    assert_eq!(end(&frames(on_a)).0, EndStatus::Interrupted);
 }

@@ -12,7 +12,7 @@
 //!   [`IDLE_CONNECTIONS`]), so a send does not pay a connect.
 //! - **Who holds what**: one query of `pg_locks` for a page of ids (granted advisory locks
 //!   of this database): no lock is taken, so a look never makes a send fail.
-//! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] with the session id; every
+//! - **`/stop` from another server**: `NOTIFY` on [`STOP_CHANNEL`] naming the attempt; every
 //!   server LISTENs on a dedicated connection on a thread of its own, reconnecting with a
 //!   backoff when it drops. A permission answer travels the same way on
 //!   [`ANSWER_CHANNEL`]. A notification sent while a listener reconnects is lost to it:
