@@ -64,6 +64,16 @@ impl From<StoreError> for ApiError {
                 ApiError::new(409, "turn_in_flight", why.to_string())
             }
             StoreError::BadForkPoint(why) => ApiError::bad_request(why.to_string()),
+            // A read the database gave up on (PostgreSQL's statement timeout): the server
+            // is busy, not broken; the client may retry or ask for less.
+            StoreError::ReadTimeout => {
+                log::warn!("a read reached the database's statement timeout");
+                ApiError::new(
+                    503,
+                    "unavailable",
+                    "the database took too long to answer; try again, or ask for less",
+                )
+            }
             other => ApiError::internal(other),
         }
     }
