@@ -33,7 +33,10 @@ pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax};
 pub use maintenance::Checkpoints;
 pub use pg::PgStore;
-pub use seam::{Backend, DbTarget, Store, WriteTxn, Writer, is_postgres_url};
+pub use seam::{
+    Backend, DbTarget, KEY_VALUE_REFUSED, Store, WriteTxn, Writer, is_key_value_conninfo,
+    is_postgres_url,
+};
 pub use write::SqliteWriter;
 
 use super::events::SessionId;
