@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod list;
 pub mod read;
 pub mod rows;
+pub mod snippet;
 pub mod testdb;
 mod tree;
 pub mod write;
@@ -202,7 +203,7 @@ impl Backend for PgStore {
         self.in_snapshot(|t| read::transcript_page(t, id, before_seq, limit, active))
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
-        self.read(|c| read::session_ids(c))
+        self.read(read::session_ids)
     }
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
         self.read(|c| list::list_sessions(c, q))
