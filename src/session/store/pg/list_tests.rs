@@ -669,3 +669,22 @@ fn the_search_column_splits_words_as_the_snippets_do() {
     lexemes.sort();
     assert_eq!(lexemes, expected);
 }
+
+/// Review #7: PostgreSQL's own text (`invalid byte sequence for encoding "UTF8": 0x00`)
+/// reached the client in a `bad_query`. The client hears a fixed sentence; the detail is
+/// logged.
+#[test]
+fn a_query_postgres_refuses_is_answered_in_plain_words() {
+    let Some(mut t) = twin("a_query_postgres_refuses_is_answered_in_plain_words") else {
+        return;
+    };
+    let refused = t.pg.query_one("SELECT 'otter'::int", &[]).unwrap_err();
+    assert!(refused.to_string().contains("db error"), "{refused}");
+    match as_bad_query(refused) {
+        StoreError::BadQuery(m) => {
+            assert_eq!(m, BAD_FTS_QUERY);
+            assert!(!m.contains("invalid input syntax"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
