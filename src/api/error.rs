@@ -125,6 +125,9 @@ mod tests {
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let e: ApiError = StoreError::BadForkPoint(BadForkPoint::InsideActiveAttempt(5, 4)).into();
         assert_eq!((e.status, e.code), (409, "turn_in_flight"));
+        // A read PostgreSQL cancelled at its statement timeout: busy, not broken.
+        let e: ApiError = StoreError::ReadTimeout.into();
+        assert_eq!((e.status, e.code), (503, "unavailable"));
         let e: ApiError = CursorError::Half.into();
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
