@@ -159,17 +159,24 @@ pub fn clean_websearch(text: &str) -> String {
     out
 }
 
-/// The lexemes of a tsquery's text (`'a' & !'b' <-> 'c'`) that a hit can hold: each as a
-/// one-token term, those under a `!` left out.
+/// The terms of a tsquery's text (`'a' & !'b' & 'c' <-> 'd'`) that a hit can hold: each
+/// lexeme a one-token term, a `<->` chain one phrase (highlighted whole, as FTS5 does),
+/// those under a `!` left out.
 pub fn tsquery_terms(tsquery: &str) -> Vec<Term> {
     let mut out: Vec<Term> = Vec::new();
+    let mut current: Option<(Term, bool)> = None;
+    let mut between = String::new();
     let mut chars = tsquery.chars().peekable();
-    let mut previous = ' ';
+    let flush = |current: Option<(Term, bool)>, out: &mut Vec<Term>| {
+        if let Some((term, negated)) = current {
+            if !negated && !out.contains(&term) {
+                out.push(term);
+            }
+        }
+    };
     while let Some(c) = chars.next() {
         if c != '\'' {
-            if !c.is_whitespace() {
-                previous = c;
-            }
+            between.push(c);
             continue;
         }
         let mut lexeme = String::new();
@@ -184,12 +191,19 @@ pub fn tsquery_terms(tsquery: &str) -> Vec<Term> {
                 other => lexeme.push(other),
             }
         }
-        let term = vec![lexeme.to_lowercase()];
-        if previous != '!' && !out.contains(&term) {
-            out.push(term);
+        let lexeme = lexeme.to_lowercase();
+        let op = between.trim();
+        match current.as_mut() {
+            Some((term, _)) if op == "<->" => term.push(lexeme),
+            _ => {
+                flush(current.take(), &mut out);
+                let negated = op.trim_end_matches(['(', ' ']).ends_with('!');
+                current = Some((vec![lexeme], negated));
+            }
         }
-        previous = '\'';
+        between.clear();
     }
+    flush(current, &mut out);
     out
 }
 
@@ -386,14 +400,13 @@ mod tests {
             clean_websearch("\"alice@example.com\" -spam or e-mail"),
             "\"alice example com\" -spam or e mail"
         );
+        let t = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Term>();
         assert_eq!(
-            tsquery_terms("'alice' <-> 'example' & !'spam' | 'it''s'"),
-            [
-                vec!["alice".to_owned()],
-                vec!["example".to_owned()],
-                vec!["it's".to_owned()]
-            ]
+            tsquery_terms("'alice' <-> 'example' & !'spam' | 'it''s' & !( 'a' <-> 'b' ) & 'c'"),
+            [t(&["alice", "example"]), t(&["it's"]), t(&["c"])]
         );
+        let (s, r) = snippet("an e-mail, an e", &tsquery_terms("'e' <-> 'mail'"));
+        assert_eq!(marked(&s, &r), "an [e-mail], an e");
     }
 
     proptest! {
