@@ -64,6 +64,16 @@ impl From<StoreError> for ApiError {
                 ApiError::new(409, "turn_in_flight", why.to_string())
             }
             StoreError::BadForkPoint(why) => ApiError::bad_request(why.to_string()),
+            // A read the database gave up on (PostgreSQL's statement timeout): the server
+            // is busy, not broken; the client may retry or ask for less.
+            StoreError::ReadTimeout => {
+                log::warn!("a read reached the database's statement timeout");
+                ApiError::new(
+                    503,
+                    "unavailable",
+                    "the database took too long to answer; try again, or ask for less",
+                )
+            }
             other => ApiError::internal(other),
         }
     }
@@ -115,6 +125,9 @@ mod tests {
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let e: ApiError = StoreError::BadForkPoint(BadForkPoint::InsideActiveAttempt(5, 4)).into();
         assert_eq!((e.status, e.code), (409, "turn_in_flight"));
+        // A read PostgreSQL cancelled at its statement timeout: busy, not broken.
+        let e: ApiError = StoreError::ReadTimeout.into();
+        assert_eq!((e.status, e.code), (503, "unavailable"));
         let e: ApiError = CursorError::Half.into();
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();

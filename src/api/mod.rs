@@ -15,6 +15,7 @@
 
 pub mod assets;
 pub mod conn;
+pub mod dbhealth;
 pub mod error;
 pub mod guards;
 pub mod http;
@@ -65,6 +66,8 @@ pub struct Api {
     pub config: ApiConfig,
     pub guards: guards::Guards,
     pub estimator: Estimator,
+    /// `/health`'s last known state of the database.
+    pub db_health: dbhealth::DbHealth,
 }
 
 /// Binds and starts serving.
@@ -87,6 +90,7 @@ pub fn start(config: ApiConfig, engine: Engine) -> Result<Running, String> {
             },
             guards,
             estimator: Estimator::new(),
+            db_health: dbhealth::DbHealth::default(),
         }),
     });
     server::run(listener, shared, addr)

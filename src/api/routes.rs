@@ -220,9 +220,14 @@ fn session_json(api: &Api, s: &SessionRow) -> Value {
 }
 
 fn health(api: &Api) -> Answer {
-    let db = api.engine.store().list_sessions(&ListQuery {
-        limit: 1,
-        ..ListQuery::default()
+    // From the last known state (a check on its own thread): never the database's wait.
+    let store = std::sync::Arc::clone(api.engine.store());
+    let db_ok = api.db_health.ok(crate::config::HEALTH_PROBE_WAIT, move || {
+        let one = ListQuery {
+            limit: 1,
+            ..ListQuery::default()
+        };
+        store.list_sessions(&one).is_ok()
     });
     // What the last provider call or probe saw, within a short budget (I10): never a
     // provider call of its own length.
@@ -231,7 +236,7 @@ fn health(api: &Api) -> Answer {
         .provider()
         .reachable(crate::config::HEALTH_PROBE_WAIT);
     let tools = api.engine.tools().status().health;
-    let status = if db.is_ok() && provider && tools != crate::tools::Health::Degraded {
+    let status = if db_ok && provider && tools != crate::tools::Health::Degraded {
         "ok"
     } else {
         "degraded"
@@ -241,7 +246,7 @@ fn health(api: &Api) -> Answer {
         &json!({
             "status": status,
             "version": env!("CARGO_PKG_VERSION"),
-            "db": if db.is_ok() { "ok" } else { "error" },
+            "db": if db_ok { "ok" } else { "error" },
             "provider": if provider { "ok" } else { "unreachable" },
             "tools": tools,
         }),

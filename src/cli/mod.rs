@@ -160,6 +160,10 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
 /// The database path from `--db`/`BRAIN_DB` or the default.
 fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match db {
+        // Before any lock file or directory is made from it (it may hold a password).
+        Some(p) if crate::session::store::is_key_value_conninfo(&p.to_string_lossy()) => {
+            Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into())
+        }
         Some(p) => Ok(p),
         None => config::default_db_path().ok_or(CliError::NoDataDir),
     }
@@ -188,6 +192,9 @@ fn coordinator(db: &std::path::Path) -> Result<Arc<dyn Coordinator>, CliError> {
     Ok(match DbTarget::of(db) {
         DbTarget::Postgres(url) => Arc::new(PgStore::coordinator(url)?),
         DbTarget::Sqlite(_) => Arc::new(LocalCoordinator),
+        DbTarget::KeyValue => {
+            return Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into());
+        }
     })
 }
 

@@ -579,3 +579,30 @@ fn show_says_when_a_compaction_is_an_extractive_digest() {
         "{text}"
     );
 }
+
+/// Review #8: a libpq `key=value` string as `--db` became a SQLite file named with the
+/// password (and errors repeated it). It is refused, with the URL form to use instead.
+#[test]
+fn a_libpq_key_value_db_is_refused_without_a_file_or_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = "host=127.0.0.1 password=hunter2 dbname=brain";
+    for args in [
+        &["sessions", "list"][..],
+        &["migrate"][..],
+        &["backup", "copy.db"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_brain"))
+            .arg("--db")
+            .arg(db)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("postgres://"), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{args:?}: {err}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "files were made: {left:?}");
+}

@@ -33,7 +33,10 @@ pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax};
 pub use maintenance::Checkpoints;
 pub use pg::PgStore;
-pub use seam::{Backend, DbTarget, Store, WriteTxn, Writer, is_postgres_url};
+pub use seam::{
+    Backend, DbTarget, KEY_VALUE_REFUSED, Store, WriteTxn, Writer, is_key_value_conninfo,
+    is_postgres_url,
+};
 pub use write::SqliteWriter;
 
 use super::events::SessionId;
@@ -59,6 +62,14 @@ pub enum StoreError {
          `brain backup` if you want a way back)"
     )]
     SchemaTooOld { found: i64, supported: i64 },
+    /// [`StoreError::SchemaTooOld`] on PostgreSQL, where `brain backup` does not apply.
+    #[error(
+        "the database's schema (version {found}) is older than this brain's (version \
+         {supported}), and this command only reads: run `brain migrate` (with the same --db) \
+         to upgrade it first (stop a server running an older brain on it, and take a \
+         `pg_dump` if you want a way back)"
+    )]
+    SchemaTooOldServer { found: i64, supported: i64 },
     #[error(
         "there is no database at {0} (nothing to read; `brain serve`, `brain chat` or \
          `brain migrate` creates one, or pass --db PATH)"
@@ -87,6 +98,9 @@ pub enum StoreError {
         url: String,
         source: postgres::Error,
     },
+    /// A read PostgreSQL cancelled at its `statement_timeout` (`pg::READ_TIMEOUT`).
+    #[error("the database took too long to answer a read")]
+    ReadTimeout,
     #[error("no database connection available: {0}")]
     Pool(#[from] r2d2::Error),
     #[error("migration failed: {0}")]

@@ -26,16 +26,57 @@ use crate::session::projection::page::Page;
 pub enum DbTarget<'a> {
     Sqlite(&'a Path),
     Postgres(&'a str),
+    /// A libpq `key=value` connection string (`host=… dbname=…`): meant for PostgreSQL,
+    /// but brain takes only URLs, and opening it as a SQLite file would name a file after
+    /// its password. Refused ([`KEY_VALUE_REFUSED`]), never echoed.
+    KeyValue,
 }
 
 impl<'a> DbTarget<'a> {
-    /// A `postgres://` or `postgresql://` URL names PostgreSQL; anything else is a path.
+    /// A `postgres://` or `postgresql://` URL names PostgreSQL; a libpq `key=value` string
+    /// is [`DbTarget::KeyValue`]; anything else is a path.
     pub fn of(db: &'a Path) -> DbTarget<'a> {
         match db.to_str() {
             Some(url) if is_postgres_url(url) => DbTarget::Postgres(url),
+            Some(text) if is_key_value_conninfo(text) => DbTarget::KeyValue,
             _ => DbTarget::Sqlite(db),
         }
     }
+}
+
+/// The refusal of a libpq `key=value` string as `--db` (it never repeats the string: it
+/// may hold a password).
+pub const KEY_VALUE_REFUSED: &str = "--db looks like a PostgreSQL key=value connection string; \
+     brain takes a URL instead: postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?sslmode=…] \
+     (or set BRAIN_DB to one)";
+
+/// libpq's connection keywords that a `key=value` string names its server with.
+const LIBPQ_KEYWORDS: [&str; 12] = [
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "sslmode",
+    "service",
+    "options",
+    "application_name",
+    "connect_timeout",
+];
+
+/// Whether `db` is a libpq `key=value` connection string: some `=` follows one of
+/// [`LIBPQ_KEYWORDS`] as a whole word (spaces around the `=` allowed, as libpq allows).
+pub fn is_key_value_conninfo(db: &str) -> bool {
+    db.match_indices('=').any(|(at, _)| {
+        let before = db[..at].trim_end();
+        let word = before
+            .rsplit(|c: char| c.is_whitespace())
+            .next()
+            .unwrap_or("");
+        LIBPQ_KEYWORDS.contains(&word.to_ascii_lowercase().as_str())
+    })
 }
 
 /// Whether `db` is a PostgreSQL URL rather than a file path.
@@ -145,6 +186,7 @@ impl Store {
         Ok(match DbTarget::of(db) {
             DbTarget::Sqlite(path) => Store::from_backend(SqliteStore::open(path, options)?),
             DbTarget::Postgres(url) => Store::from_backend(PgStore::open(url, options)?),
+            DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
         })
     }
 
@@ -158,6 +200,7 @@ impl Store {
             DbTarget::Postgres(url) => {
                 Store::from_backend(PgStore::open_read_only(url, options, older)?)
             }
+            DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
         })
     }
 
@@ -404,5 +447,44 @@ impl WriteTxn for SqliteWriter<'_> {
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         SqliteWriter::record_call(self, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review #8: `host=… password=… dbname=…` became a SQLite file named with the
+    /// password.
+    #[test]
+    fn a_libpq_key_value_string_is_refused_without_echoing_it() {
+        for db in [
+            "host=db.example password=s3cret dbname=brain",
+            "dbname = brain user=me",
+            "PASSWORD=s3cret",
+        ] {
+            assert_eq!(DbTarget::of(Path::new(db)), DbTarget::KeyValue, "{db}");
+            let e = Store::open(Path::new(db), StoreOptions::default())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("postgres://"), "{e}");
+            assert!(!e.contains("s3cret") && !e.contains("password="), "{e}");
+        }
+        for path in [
+            "brain.db",
+            "/tmp/a=b/brain.db",
+            "data/hostname=x.db",
+            "x.db",
+        ] {
+            assert_eq!(
+                DbTarget::of(Path::new(path)),
+                DbTarget::Sqlite(Path::new(path))
+            );
+        }
+        assert!(matches!(
+            DbTarget::of(Path::new("postgres://me@h/db?password=x")),
+            DbTarget::Postgres(_)
+        ));
     }
 }

@@ -115,3 +115,47 @@ fn serve_on_a_url_creates_sessions_in_postgres_and_names_it_without_the_password
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, "session_started");
 }
+
+/// Review #3: `/health` ran a listing inline, so it hung while the database did. With the
+/// `sessions` table locked, every `/health` answers within a second, and `"db"` turns to
+/// `"error"` once the last good check is stale; it is `"ok"` again once the lock goes.
+#[test]
+fn health_answers_within_a_second_while_the_database_hangs() {
+    use std::time::{Duration, Instant};
+
+    use crate::server::{Brain, call};
+    use crate::support::MockLlm;
+
+    let Some(db) = Db::postgres("health_answers_within_a_second_while_the_database_hangs") else {
+        return;
+    };
+    let url = db.target().to_string_lossy().into_owned();
+    let mock = MockLlm::start(&[]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_brain"));
+    cmd.args(["--db", &url, "serve", "--listen", "127.0.0.1:0"])
+        .args(["--distill", "off", "--provider-url", &mock.url])
+        .stderr(std::process::Stdio::null());
+    let b = Brain::spawn(&mut cmd);
+    let health = |b: &Brain| {
+        let started = Instant::now();
+        let (status, body) = call(b, "GET", "/health", None);
+        let took = started.elapsed();
+        assert_eq!(status, 200, "{body}");
+        assert!(took < Duration::from_secs(1), "/health took {took:?}");
+        body["db"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(health(&b), "ok");
+    let mut locker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut tx = locker.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while health(&b) == "ok" {
+        assert!(Instant::now() < deadline, "db never went stale");
+    }
+    tx.rollback().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while health(&b) != "ok" {
+        assert!(Instant::now() < deadline, "db never recovered");
+    }
+}

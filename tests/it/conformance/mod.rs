@@ -47,6 +47,7 @@ mod delete;
 mod ledger;
 mod reads;
 mod schema;
+mod search;
 mod transfer;
 mod tree;
 

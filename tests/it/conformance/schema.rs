@@ -117,7 +117,13 @@ fn postgres_read_only_open_of_an_unmigrated_database_says_to_migrate() {
     };
     let e = Store::open_read_only(db.target(), options(Clock::system()), OlderSchema::Refuse).err();
     assert!(
-        matches!(e, Some(StoreError::SchemaTooOld { found: 0, .. })),
+        matches!(e, Some(StoreError::SchemaTooOldServer { found: 0, .. })),
         "{e:?}"
+    );
+    // `brain backup` refuses PostgreSQL: the advice names pg_dump instead.
+    let text = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        text.contains("brain migrate") && !text.contains("brain backup"),
+        "{text}"
     );
 }

@@ -1,10 +1,13 @@
 //! The PostgreSQL store (SPEC §16): the same operations as the SQLite store, on a
 //! `postgres://` URL, behind the same seam ([`super::seam`]).
 //!
-//! One pool of connections (r2d2) serves reads and write transactions alike: PostgreSQL
-//! has no single-writer rule (MVCC), so each [`super::Store::write`] is one transaction on
-//! a connection of its own, and a session's `seq` is serialised by locking its row
-//! ([`write`]). Migrations (`migrations/postgres`) run at open under an advisory lock, so
+//! Two pools of connections (r2d2): one for write transactions, one for reads, so slow
+//! reads (a search over huge messages, many at once) can never take the connections a
+//! running answer needs for its checkpoints and end record. PostgreSQL has no
+//! single-writer rule (MVCC), so each [`super::Store::write`] is one transaction on a
+//! connection of its own, and a session's `seq` is serialised by locking its row
+//! ([`write`]). Reads run under a `statement_timeout` ([`READ_TIMEOUT`]): a read past it
+//! is [`StoreError::ReadTimeout`], and its connection is free again. Migrations (`migrations/postgres`) run at open under an advisory lock, so
 //! servers starting together do not race. A read-only open migrates nothing and its
 //! connections refuse writes (`default_transaction_read_only`). TLS is used when the URL
 //! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
@@ -17,6 +20,7 @@ pub mod ledger;
 pub mod list;
 pub mod read;
 pub mod rows;
+pub mod snippet;
 pub mod testdb;
 mod tree;
 pub mod write;
@@ -45,15 +49,25 @@ mod embedded {
 /// The advisory lock key migrations run under (any fixed number; "brain_mg" in ASCII).
 pub const MIGRATION_LOCK_KEY: i64 = 0x6272_6169_6e5f_6d67;
 
-/// Connections the pool holds beyond the configured readers: writes have no lane here,
-/// each takes a connection for its transaction.
+/// Connections of the write pool: writes have no lane here, each takes a connection for
+/// its transaction. Reads never take these.
 pub const WRITE_CONNECTIONS: u32 = 8;
+
+/// The longest one read statement may run (`statement_timeout` on the read pool's
+/// connections) before PostgreSQL cancels it: a read holds its connection no longer.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// PostgreSQL's code for a statement cancelled by `statement_timeout`.
+const QUERY_CANCELED: &str = "57014";
 
 type Manager = PostgresConnectionManager<MakeRustlsConnect>;
 
 /// The event log in one PostgreSQL database.
 pub struct PgStore {
-    pool: r2d2::Pool<Manager>,
+    /// Read connections (under [`READ_TIMEOUT`]).
+    reads: r2d2::Pool<Manager>,
+    /// Write transactions' connections, never taken by a read.
+    writes: r2d2::Pool<Manager>,
     clock: Clock,
     /// The URL without its password, for messages.
     shown: PathBuf,
@@ -64,12 +78,21 @@ impl PgStore {
     /// Connects to the database at `url`, brings its schema up to date under the
     /// migration lock, and refuses a schema newer than this binary.
     pub fn open(url: &str, options: StoreOptions) -> Result<PgStore> {
+        PgStore::open_with_read_timeout(url, options, READ_TIMEOUT)
+    }
+
+    /// [`PgStore::open`] with reads cancelled after `read_timeout` (tests use a short one).
+    pub fn open_with_read_timeout(
+        url: &str,
+        options: StoreOptions,
+        read_timeout: std::time::Duration,
+    ) -> Result<PgStore> {
         let config = parse(url, false)?;
         let tls = tls()?;
         let mut client = connect(&config, &tls, url)?;
         migrate(&mut client)?;
         drop(client);
-        PgStore::with_pool(url, config, tls, options, false)
+        PgStore::with_pools(url, config, tls, options, false, read_timeout)
     }
 
     /// Connects for reading only: nothing is migrated, every connection refuses writes.
@@ -85,27 +108,40 @@ impl PgStore {
             return Err(StoreError::SchemaTooNew { found, supported });
         }
         if found < supported && older == OlderSchema::Refuse {
-            return Err(StoreError::SchemaTooOld { found, supported });
+            return Err(StoreError::SchemaTooOldServer { found, supported });
         }
         drop(client);
-        PgStore::with_pool(url, config, tls, options, true)
+        PgStore::with_pools(url, config, tls, options, true, READ_TIMEOUT)
     }
 
-    fn with_pool(
+    fn with_pools(
         url: &str,
         config: Config,
         tls: MakeRustlsConnect,
         options: StoreOptions,
         read_only: bool,
+        read_timeout: std::time::Duration,
     ) -> Result<PgStore> {
-        let pool = r2d2::Pool::builder()
-            .max_size(options.readers.max(1) + WRITE_CONNECTIONS)
-            // Connections open as they are needed: the open above already proved the URL.
+        let mut read_config = config.clone();
+        let timeout = format!("-c statement_timeout={}", read_timeout.as_millis().max(1));
+        read_config.options(&match config.get_options() {
+            Some(o) => format!("{o} {timeout}"),
+            None => timeout,
+        });
+        // Connections open as they are needed: the open above already proved the URL.
+        let reads = r2d2::Pool::builder()
+            .max_size(options.readers.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(config::READER_WAIT)
+            .build(PostgresConnectionManager::new(read_config, tls.clone()))?;
+        let writes = r2d2::Pool::builder()
+            .max_size(if read_only { 1 } else { WRITE_CONNECTIONS })
             .min_idle(Some(0))
             .connection_timeout(config::READER_WAIT)
             .build(PostgresConnectionManager::new(config, tls))?;
         Ok(PgStore {
-            pool,
+            reads,
+            writes,
             clock: options.clock,
             shown: PathBuf::from(without_password(url)),
             read_only,
@@ -128,8 +164,11 @@ impl PgStore {
         )
     }
 
-    fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
-        Ok(self.pool.get()?)
+    /// Runs one read on a read connection; a statement cancelled by [`READ_TIMEOUT`] is
+    /// [`StoreError::ReadTimeout`].
+    fn read<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let mut conn = self.reads.get()?;
+        f(&mut conn).map_err(timed_out)
     }
 
     /// Runs a read of several statements in one read-only `REPEATABLE READ` transaction, so
@@ -138,11 +177,12 @@ impl PgStore {
         &self,
         f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.conn()?;
-        let mut tx = read::snapshot(&mut conn)?;
-        let out = f(&mut tx)?;
-        tx.commit()?;
-        Ok(out)
+        self.read(|conn| {
+            let mut tx = read::snapshot(conn)?;
+            let out = f(&mut tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
     }
 }
 
@@ -151,20 +191,20 @@ impl Backend for PgStore {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
-        let mut conn = self.conn()?;
+        let mut conn = self.writes.get()?;
         let mut tx = conn.transaction()?;
         f(&mut write::PgWriter::new(&mut tx, &self.clock))?;
         tx.commit()
             .map_err(|e| StoreError::CommitFailed(e.to_string()))
     }
     fn session(&self, id: SessionId) -> Result<SessionRow> {
-        read::session(&mut *self.conn()?, id)
+        self.read(|c| read::session(c, id))
     }
     fn last_seq(&self, id: SessionId) -> Result<u64> {
-        read::last_seq(&mut *self.conn()?, id)
+        self.read(|c| read::last_seq(c, id))
     }
     fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
-        read::events(&mut *self.conn()?, id, after_seq, limit)
+        self.read(|c| read::events(c, id, after_seq, limit))
     }
     fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
         self.in_snapshot(|t| read::events_for_context(t, id))
@@ -179,16 +219,16 @@ impl Backend for PgStore {
         self.in_snapshot(|t| read::transcript_page(t, id, before_seq, limit, active))
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
-        read::session_ids(&mut *self.conn()?)
+        self.read(read::session_ids)
     }
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
-        list::list_sessions(&mut *self.conn()?, q)
+        self.read(|c| list::list_sessions(c, q))
     }
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
         self.in_snapshot(|t| list::search(t, q))
     }
     fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
-        ledger::usage(&mut *self.conn()?, session)
+        self.read(|c| ledger::usage(c, session))
     }
     fn backup_to(&self, _target: &Path) -> Result<()> {
         Err(StoreError::Refused(
@@ -204,6 +244,17 @@ impl Backend for PgStore {
     }
     fn is_read_only(&self) -> bool {
         self.read_only
+    }
+}
+
+/// A read cancelled by `statement_timeout` as [`StoreError::ReadTimeout`]; other errors as
+/// they are.
+fn timed_out(e: StoreError) -> StoreError {
+    match &e {
+        StoreError::Postgres(pg) if pg.code().is_some_and(|c| c.code() == QUERY_CANCELED) => {
+            StoreError::ReadTimeout
+        }
+        _ => e,
     }
 }
 
@@ -385,5 +436,70 @@ mod tests {
         assert!(ro.get_options().is_some_and(|o| o.contains("read_only=on")));
         let bad = parse("postgres://me@h/brain?sslmode=sometimes", false).unwrap_err();
         assert!(matches!(bad, StoreError::Connect { .. }), "{bad}");
+    }
+
+    /// Review #2: slow reads held every connection of the one pool, and a running
+    /// answer's writes failed after waiting ("no database connection available"). Reads
+    /// now have a pool of their own: with every read connection taken, a write still
+    /// commits at once.
+    #[test]
+    fn writes_commit_while_reads_hold_every_read_connection() {
+        let Some(db) = testdb::fresh("writes_commit_while_reads_hold_every_read_connection") else {
+            return;
+        };
+        let options = StoreOptions {
+            readers: 2,
+            ..StoreOptions::default()
+        };
+        let store = PgStore::open(&db.url, options).unwrap();
+        let held: Vec<_> = (0..2).map(|_| store.reads.get().unwrap()).collect();
+        let started = std::time::Instant::now();
+        let store = super::super::Store::from_backend(store);
+        let row = store
+            .write(|w| w.create_session(None, "sys".into()))
+            .unwrap();
+        assert!(
+            started.elapsed() < config::READER_WAIT / 2,
+            "the write waited {:?}",
+            started.elapsed()
+        );
+        drop(held);
+        assert_eq!(store.last_seq(row.id).unwrap(), 1);
+    }
+
+    /// A read past the statement timeout is cancelled by PostgreSQL and answered as
+    /// [`StoreError::ReadTimeout`] (503 in the API), its connection free again.
+    #[test]
+    fn a_read_past_the_statement_timeout_is_a_read_timeout() {
+        let Some(db) = testdb::fresh("a_read_past_the_statement_timeout_is_a_read_timeout") else {
+            return;
+        };
+        let store = super::super::Store::from_backend(
+            PgStore::open_with_read_timeout(
+                &db.url,
+                StoreOptions::default(),
+                std::time::Duration::from_millis(1),
+            )
+            .unwrap(),
+        );
+        let big = "word ".repeat(200_000);
+        let id = store
+            .write(|w| {
+                let row = w.create_session(None, "sys".into())?;
+                for _ in 0..20 {
+                    w.append(
+                        row.id,
+                        &crate::session::events::Payload::UserMessage(
+                            crate::session::events::UserMessage { text: big.clone() },
+                        ),
+                    )?;
+                }
+                Ok(row.id)
+            })
+            .unwrap();
+        let e = store.events(id, 0, None).unwrap_err();
+        assert!(matches!(e, StoreError::ReadTimeout), "{e:?}");
+        // The write pool has no such limit.
+        assert_eq!(store.write(|w| w.events(id)).unwrap().len(), 21);
     }
 }

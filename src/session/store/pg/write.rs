@@ -13,6 +13,10 @@
 //! the title it already has) stay one step as on SQLite's single writer: every read of a
 //! session here locks its row first, once per transaction, so two transactions about the
 //! same session run one after the other and each sees the other's commit.
+//!
+//! A NUL cannot be stored in a PostgreSQL `text` column: the `sessions` cache's title and
+//! system prompt hold U+FFFD in its place ([`without_nul`]). The events keep their payload
+//! bytes exactly (a JSON `\u0000` escape), so export and the log are unchanged.
 
 use std::collections::HashSet;
 
@@ -328,7 +332,12 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         self.tx.execute(
             "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
              VALUES ($1, $2, false, $3, $4::text::timestamptz, $4::text::timestamptz)",
-            &[&id.as_uuid(), &title, &system, &created_at],
+            &[
+                &id.as_uuid(),
+                &title.map(without_nul),
+                &without_nul(system),
+                &created_at,
+            ],
         )?;
         // Invisible to others until commit: as good as locked.
         self.locked.insert(id);
@@ -368,7 +377,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         if effect.title.is_none() && effect.archived.is_none() && !effect.touches_updated_at {
             return Ok(());
         }
-        let title = effect.title.clone().flatten();
+        let title = effect.title.clone().flatten().map(|t| without_nul(&t));
         self.tx.execute(
             "UPDATE sessions SET
                  title = CASE WHEN $2 THEN $3 ELSE title END,
@@ -386,6 +395,11 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         )?;
         Ok(())
     }
+}
+
+/// `text` with each NUL replaced by U+FFFD, for a `text` column (which refuses NUL).
+pub fn without_nul(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }
 
 fn as_seq(seq: i64) -> Result<u64> {

@@ -1,0 +1,184 @@
+//! Search on either store means the same (SPEC §7): words are split at every character that
+//! is not a letter or digit (unicode61's rule; PostgreSQL's parser kept emails, hosts,
+//! paths, versions and tags whole), snippets are the hit's own text with the query's
+//! words highlighted, and a NUL in a message, title or system prompt is stored and
+//! searched around on both.
+
+use brain::session::store::{SearchHit, SearchQuery, Syntax};
+use brain::session::{SessionId, Store};
+
+use super::{Db, log};
+use crate::support::user;
+
+conformance!(
+    compound_words_are_found_by_their_parts,
+    snippets_are_the_texts_own_characters,
+    a_nul_in_a_message_title_or_system_is_stored_and_searched,
+    a_history_with_nul_imports_whole,
+);
+
+fn search(store: &Store, q: &str) -> Vec<SearchHit> {
+    store
+        .search(&SearchQuery {
+            text: q.into(),
+            limit: 20,
+            ..SearchQuery::default()
+        })
+        .unwrap()
+}
+
+/// What each highlight covers, lower-cased.
+fn highlighted(hit: &SearchHit) -> Vec<String> {
+    let chars: Vec<char> = hit.snippet.chars().collect();
+    hit.highlights
+        .iter()
+        .map(|r| chars[r[0]..r[1]].iter().collect::<String>().to_lowercase())
+        .collect()
+}
+
+const TEXTS: [&str; 7] = [
+    "write to alice@example.com today",
+    "read https://docs.rust-lang.org/book first",
+    "upgrade to v3.14.15 now",
+    "make it <b>bold</b> please",
+    "it lives in /usr/local/bin/tool",
+    "call snake_case_name here",
+    "the host db1.internal answered",
+];
+
+fn compound_words_are_found_by_their_parts(db: &Db) {
+    let store = db.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    for t in TEXTS {
+        store.append(id, &user(t)).unwrap();
+    }
+    for (query, seq) in [
+        ("example", 2),
+        ("alice example", 2),
+        ("rust", 3),
+        ("lang", 3),
+        ("14", 4),
+        ("b", 5),
+        ("bold", 5),
+        ("local", 6),
+        ("tool", 6),
+        ("case", 7),
+        ("internal", 8),
+        ("alice@example.com", 2),
+        ("docs.rust-lang.org", 3),
+    ] {
+        let hits = search(&store, query);
+        let seqs: Vec<u64> = hits.iter().map(|h| h.seq).collect();
+        assert_eq!(seqs, [seq], "{query:?}: {hits:?}");
+        let words: Vec<String> = query
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        for h in highlighted(&hits[0]) {
+            assert!(
+                h.split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty())
+                    .all(|w| words.iter().any(|q| q == w)),
+                "{query:?}: {h:?} in {:?}",
+                hits[0]
+            );
+        }
+        assert!(!hits[0].highlights.is_empty(), "{query:?}: {:?}", hits[0]);
+    }
+}
+
+fn snippets_are_the_texts_own_characters(db: &Db) {
+    let store = db.open();
+    let id = store.create_session(None, "sys".into()).unwrap().id;
+    for t in TEXTS {
+        store.append(id, &user(t)).unwrap();
+    }
+    let long = format!(
+        "{} <i>needle</i> {}",
+        "hay ".repeat(50),
+        "straw ".repeat(50)
+    );
+    store.append(id, &user(&long)).unwrap();
+    let hits = search(&store, "bold");
+    assert_eq!(hits[0].snippet, TEXTS[3]);
+    assert_eq!(highlighted(&hits[0]), ["bold"]);
+    let hits = search(&store, "needle");
+    let s = &hits[0].snippet;
+    assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
+    assert!(long.contains(s.trim_matches('…')), "{s}");
+    assert!(s.contains("<i>needle</i>"), "{s}");
+    assert_eq!(highlighted(&hits[0]), ["needle"]);
+    // FTS syntax too: the tag's word is found and the snippet is the text's own.
+    let fts = store
+        .search(&SearchQuery {
+            text: "bold".into(),
+            syntax: Syntax::Fts,
+            limit: 5,
+            ..SearchQuery::default()
+        })
+        .unwrap();
+    assert_eq!(fts[0].snippet, TEXTS[3]);
+}
+
+/// Review #4: a `\u0000` in a message made PostgreSQL's search column fail (500), and a
+/// NUL in a title or system prompt could not be stored.
+fn a_nul_in_a_message_title_or_system_is_stored_and_searched(db: &Db) {
+    let store = db.open();
+    let row = store
+        .create_session(Some("ti\0tle zeta".into()), "sys\0tem".into())
+        .unwrap();
+    let message = store.append(row.id, &user("before\0after quokka")).unwrap();
+    assert!(message.payload.contains("\\u0000"), "{}", message.payload);
+    assert_eq!(log(&store, row.id)[1], message);
+    assert_eq!(store.events(row.id, 0, None).unwrap()[1], message);
+    // The cache holds the title and system as written, or (PostgreSQL, whose text cannot
+    // hold a NUL) with U+FFFD in its place.
+    let read = store.session(row.id).unwrap();
+    let stored = |s: &str, written: &str| s == written || s == written.replace('\0', "\u{FFFD}");
+    assert!(
+        stored(read.title.as_deref().unwrap(), "ti\0tle zeta"),
+        "{read:?}"
+    );
+    assert!(stored(&read.system, "sys\0tem"), "{read:?}");
+    let hits = search(&store, "quokka");
+    assert_eq!(hits.iter().map(|h| h.seq).collect::<Vec<_>>(), [2]);
+    let titles = search(&store, "zeta");
+    assert_eq!(titles.iter().map(|h| h.seq).collect::<Vec<_>>(), [1]);
+    let renamed = store
+        .write(|w| {
+            w.rename(
+                row.id,
+                "new\0name".into(),
+                brain::session::events::TitledBy::User,
+            )
+        })
+        .unwrap();
+    assert!(stored(renamed.title.as_deref().unwrap(), "new\0name"));
+}
+
+/// An SQLite history holding NULs moves to this store byte for byte (export, import).
+fn a_history_with_nul_imports_whole(db: &Db) {
+    let source = Db::sqlite();
+    let from = source.open();
+    let row = from
+        .create_session(Some("t\0itle".into()), "s\0ystem".into())
+        .unwrap();
+    from.append(row.id, &user("a\0b otter")).unwrap();
+    let events = log(&from, row.id);
+    let to = db.open();
+    let id = SessionId::generate();
+    to.write(|w| w.import_session(id, &events)).unwrap();
+    let imported = log(&to, id);
+    assert_eq!(
+        imported
+            .iter()
+            .map(|e| (e.seq, &e.kind, &e.payload, &e.created_at))
+            .collect::<Vec<_>>(),
+        events
+            .iter()
+            .map(|e| (e.seq, &e.kind, &e.payload, &e.created_at))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(search(&to, "otter").len(), 1);
+}
