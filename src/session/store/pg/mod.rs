@@ -103,6 +103,10 @@ impl PgStore {
             // Connections open as they are needed: the open above already proved the URL.
             .min_idle(Some(0))
             .connection_timeout(config::READER_WAIT)
+            // No `simple_query("")` round trip before every read and write: a connection
+            // the server dropped fails the one call that meets it, and r2d2 discards it
+            // as broken (`is_closed`) when it comes back.
+            .test_on_check_out(false)
             .build(PostgresConnectionManager::new(config, tls))?;
         Ok(PgStore {
             pool,

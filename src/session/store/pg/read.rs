@@ -8,10 +8,12 @@
 //! A session always holds its `session_started`, so the existence check is made only when
 //! a read comes back empty (one round trip saved on every read of a real session).
 
+use std::collections::HashMap;
+
 use postgres::{GenericClient, IsolationLevel, Transaction};
 
 use super::rows::{event_row, session_row, to_i64};
-use crate::session::events::{Event, SessionId};
+use crate::session::events::{Decoded, Event, Payload, SessionId};
 use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
 use crate::session::projection::visible_compaction_boundary;
 use crate::session::store::{Result, SessionRow, StoreError};
@@ -78,12 +80,27 @@ const TURN_ATTEMPTS: &str = concat!(
     " FROM session_events WHERE session_id = $1
       AND kind IN ('pending_state', 'assistant_turn') AND payload ->> 'turn' = $2"
 );
+/// The attempts of several turns in one statement (a page's window names many), through
+/// `session_events_attempts` (V5); the turn as JSON text comes fifth, to group them by.
+const TURNS_ATTEMPTS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    ", payload ->> 'turn' FROM session_events WHERE session_id = $1
+      AND kind IN ('pending_state', 'assistant_turn') AND payload ->> 'turn' = ANY($2)"
+);
 /// Through `session_events_permission_answers` (V5).
 const PERMISSION_ANSWERS: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
       AND kind = 'permission_resolved' AND payload ->> 'call_id' = $2"
+);
+/// The answers to several questions in one statement (see [`TURNS_ATTEMPTS`]).
+const CALLS_ANSWERS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    ", payload ->> 'call_id' FROM session_events WHERE session_id = $1
+      AND kind = 'permission_resolved' AND payload ->> 'call_id' = ANY($2)"
 );
 const SESSION_IDS: &str = "SELECT id::text FROM sessions ORDER BY sessions.created_at, sessions.id";
 
@@ -153,7 +170,13 @@ pub fn transcript_page(
     limit: usize,
     active: Option<(u64, u32)>,
 ) -> Result<Page> {
-    let page = project_page(&mut PgPage { c, id }, before_seq, limit, active)?;
+    let mut source = PgPage {
+        c: &mut *c,
+        id,
+        attempts: HashMap::new(),
+        answers: HashMap::new(),
+    };
+    let page = project_page(&mut source, before_seq, limit, active)?;
     if page.items.is_empty() {
         require_session(c, id)?;
     }
@@ -204,10 +227,62 @@ fn seq(n: i64) -> Result<u64> {
     u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("a negative seq ({n})")))
 }
 
-/// The transcript page's reads, each through the index that finds it (V4, V5).
+/// The transcript page's reads, each through the index that finds it (V4, V5). A window's
+/// turns and questions are looked up together when the window is read (one statement
+/// each, not one per item: a page of 500 items names ~250 turns), and handed out as the
+/// walk asks for them.
 struct PgPage<'c, C> {
     c: &'c mut C,
     id: SessionId,
+    /// By turn as JSON text (`payload ->> 'turn'`): the attempts of every turn looked up.
+    attempts: HashMap<String, Vec<Event>>,
+    /// By call id: the answers to every question looked up.
+    answers: HashMap<String, Vec<Event>>,
+}
+
+impl<C: GenericClient> PgPage<'_, C> {
+    /// Looks up, in one statement each, the attempts of the window's turns and the answers
+    /// to its questions that are not looked up yet.
+    fn prefetch(&mut self, window: &[Event]) -> Result<()> {
+        let (mut turns, mut calls) = (Vec::new(), Vec::new());
+        for e in window {
+            match e.decode() {
+                Decoded::Known(Payload::PendingState(c)) => {
+                    let turn = c.turn.to_string();
+                    if !self.attempts.contains_key(&turn) {
+                        self.attempts.insert(turn.clone(), Vec::new());
+                        turns.push(turn);
+                    }
+                }
+                Decoded::Known(Payload::PermissionRequested(q)) => {
+                    if !self.answers.contains_key(&q.call_id) {
+                        self.answers.insert(q.call_id.clone(), Vec::new());
+                        calls.push(q.call_id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let id = self.id.as_uuid();
+        if !turns.is_empty() {
+            let rows = self.c.query(TURNS_ATTEMPTS, &[&id, &turns])?;
+            group(&rows, &mut self.attempts)?;
+        }
+        if !calls.is_empty() {
+            let rows = self.c.query(CALLS_ANSWERS, &[&id, &calls])?;
+            group(&rows, &mut self.answers)?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds each row's event to the list of its key (the fifth column).
+fn group(rows: &[postgres::Row], into: &mut HashMap<String, Vec<Event>>) -> Result<()> {
+    for r in rows {
+        let key: String = r.try_get(4)?;
+        into.entry(key).or_default().push(event_row(r)?);
+    }
+    Ok(())
 }
 
 impl<C: GenericClient> PageSource for PgPage<'_, C> {
@@ -217,21 +292,29 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
         // A seq past bigint's range is before every stored one.
         let before = i64::try_from(before).unwrap_or(i64::MAX);
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        decode_all(
+        let window = decode_all(
             &self
                 .c
                 .query(EVENTS_BEFORE, &[&self.id.as_uuid(), &before, &n])?,
-        )
+        )?;
+        self.prefetch(&window)?;
+        Ok(window)
     }
 
     fn turn_attempts(&mut self, turn: u64) -> Result<Vec<Event>> {
         // As JSON text: a turn past bigint's range (an import may name one) is found the
         // same way, where SQLite needs a slow path.
         let turn = turn.to_string();
+        if let Some(found) = self.attempts.remove(&turn) {
+            return Ok(found);
+        }
         decode_all(&self.c.query(TURN_ATTEMPTS, &[&self.id.as_uuid(), &turn])?)
     }
 
     fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
+        if let Some(found) = self.answers.remove(call_id) {
+            return Ok(found);
+        }
         decode_all(
             &self
                 .c
