@@ -12,7 +12,9 @@ use std::collections::HashMap;
 
 use postgres::{GenericClient, IsolationLevel, Transaction};
 
-use super::rows::{event_row, session_row, to_i64};
+use postgres::types::Type;
+
+use super::rows::{event_row, session_row, to_i64, typed};
 use crate::session::events::{Decoded, Event, Payload, SessionId};
 use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
 use crate::session::projection::visible_compaction_boundary;
@@ -115,7 +117,7 @@ pub fn snapshot(c: &mut postgres::Client) -> Result<Transaction<'_>> {
 
 /// A session's cache row.
 pub fn session(c: &mut impl GenericClient, id: SessionId) -> Result<SessionRow> {
-    match c.query_opt(SESSION, &[&id.as_uuid()])? {
+    match c.query_typed_opt(SESSION, &[typed(&id.as_uuid(), Type::UUID)])? {
         Some(r) => session_row(&r),
         None => Err(StoreError::SessionNotFound(id)),
     }
@@ -123,7 +125,9 @@ pub fn session(c: &mut impl GenericClient, id: SessionId) -> Result<SessionRow> 
 
 /// The session's newest seq (0 for none).
 pub fn last_seq(c: &mut impl GenericClient, id: SessionId) -> Result<u64> {
-    let n: i64 = c.query_one(LAST_SEQ, &[&id.as_uuid()])?.try_get(0)?;
+    let n: i64 = c
+        .query_typed_one(LAST_SEQ, &[typed(&id.as_uuid(), Type::UUID)])?
+        .try_get(0)?;
     seq(n)
 }
 
@@ -146,7 +150,7 @@ pub fn events(
 /// after the newest *visible* compaction's boundary (the compaction among them; one a
 /// later rewind hid does not count). Without one, the whole log.
 pub fn events_for_context(c: &mut impl GenericClient, id: SessionId) -> Result<Vec<Event>> {
-    let shaping = decode_all(&c.query(SHAPING, &[&id.as_uuid()])?)?;
+    let shaping = decode_all(&c.query_typed(SHAPING, &[typed(&id.as_uuid(), Type::UUID)])?)?;
     let boundary = visible_compaction_boundary(&shaping);
     let mut events = Vec::new();
     if boundary > 0 {
@@ -185,7 +189,7 @@ pub fn transcript_page(
 
 /// Every session id, oldest first (tests and export).
 pub fn session_ids(c: &mut impl GenericClient) -> Result<Vec<SessionId>> {
-    c.query(SESSION_IDS, &[])?
+    c.query_typed(SESSION_IDS, &[])?
         .iter()
         .map(|r| {
             let id: String = r.try_get(0)?;
@@ -197,11 +201,13 @@ pub fn session_ids(c: &mut impl GenericClient) -> Result<Vec<SessionId>> {
 
 /// The session's rewinds, in seq order (what marks a search hit abandoned).
 pub(super) fn rewinds(c: &mut impl GenericClient, id: SessionId) -> Result<Vec<Event>> {
-    decode_all(&c.query(REWINDS, &[&id.as_uuid()])?)
+    decode_all(&c.query_typed(REWINDS, &[typed(&id.as_uuid(), Type::UUID)])?)
 }
 
 fn require_session(c: &mut impl GenericClient, id: SessionId) -> Result<()> {
-    let exists: bool = c.query_one(EXISTS, &[&id.as_uuid()])?.try_get(0)?;
+    let exists: bool = c
+        .query_typed_one(EXISTS, &[typed(&id.as_uuid(), Type::UUID)])?
+        .try_get(0)?;
     if exists {
         Ok(())
     } else {
@@ -216,7 +222,14 @@ fn events_after(
     limit: Option<u32>,
 ) -> Result<Vec<Event>> {
     let limit = limit.map(i64::from);
-    decode_all(&c.query(EVENTS_AFTER, &[&id.as_uuid(), &to_i64(after_seq)?, &limit])?)
+    decode_all(&c.query_typed(
+        EVENTS_AFTER,
+        &[
+            typed(&id.as_uuid(), Type::UUID),
+            typed(&to_i64(after_seq)?, Type::INT8),
+            typed(&limit, Type::INT8),
+        ],
+    )?)
 }
 
 fn decode_all(rows: &[postgres::Row]) -> Result<Vec<Event>> {
@@ -265,11 +278,17 @@ impl<C: GenericClient> PgPage<'_, C> {
         }
         let id = self.id.as_uuid();
         if !turns.is_empty() {
-            let rows = self.c.query(TURNS_ATTEMPTS, &[&id, &turns])?;
+            let rows = self.c.query_typed(
+                TURNS_ATTEMPTS,
+                &[typed(&id, Type::UUID), typed(&turns, Type::TEXT_ARRAY)],
+            )?;
             group(&rows, &mut self.attempts)?;
         }
         if !calls.is_empty() {
-            let rows = self.c.query(CALLS_ANSWERS, &[&id, &calls])?;
+            let rows = self.c.query_typed(
+                CALLS_ANSWERS,
+                &[typed(&id, Type::UUID), typed(&calls, Type::TEXT_ARRAY)],
+            )?;
             group(&rows, &mut self.answers)?;
         }
         Ok(())
@@ -292,11 +311,14 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
         // A seq past bigint's range is before every stored one.
         let before = i64::try_from(before).unwrap_or(i64::MAX);
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let window = decode_all(
-            &self
-                .c
-                .query(EVENTS_BEFORE, &[&self.id.as_uuid(), &before, &n])?,
-        )?;
+        let window = decode_all(&self.c.query_typed(
+            EVENTS_BEFORE,
+            &[
+                typed(&self.id.as_uuid(), Type::UUID),
+                typed(&before, Type::INT8),
+                typed(&n, Type::INT8),
+            ],
+        )?)?;
         self.prefetch(&window)?;
         Ok(window)
     }
@@ -308,18 +330,26 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
         if let Some(found) = self.attempts.remove(&turn) {
             return Ok(found);
         }
-        decode_all(&self.c.query(TURN_ATTEMPTS, &[&self.id.as_uuid(), &turn])?)
+        decode_all(&self.c.query_typed(
+            TURN_ATTEMPTS,
+            &[
+                typed(&self.id.as_uuid(), Type::UUID),
+                typed(&turn, Type::TEXT),
+            ],
+        )?)
     }
 
     fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
         if let Some(found) = self.answers.remove(call_id) {
             return Ok(found);
         }
-        decode_all(
-            &self
-                .c
-                .query(PERMISSION_ANSWERS, &[&self.id.as_uuid(), &call_id])?,
-        )
+        decode_all(&self.c.query_typed(
+            PERMISSION_ANSWERS,
+            &[
+                typed(&self.id.as_uuid(), Type::UUID),
+                typed(&call_id, Type::TEXT),
+            ],
+        )?)
     }
 
     fn rewinds(&mut self) -> Result<Vec<Event>> {
