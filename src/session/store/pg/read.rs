@@ -260,18 +260,18 @@ impl<C: GenericClient> PgPage<'_, C> {
         let (mut turns, mut calls) = (Vec::new(), Vec::new());
         for e in window {
             match e.decode() {
-                Decoded::Known(Payload::PendingState(c)) => {
+                Decoded::Known(Payload::PendingState(c))
+                    if !self.attempts.contains_key(&c.turn.to_string()) =>
+                {
                     let turn = c.turn.to_string();
-                    if !self.attempts.contains_key(&turn) {
-                        self.attempts.insert(turn.clone(), Vec::new());
-                        turns.push(turn);
-                    }
+                    self.attempts.insert(turn.clone(), Vec::new());
+                    turns.push(turn);
                 }
-                Decoded::Known(Payload::PermissionRequested(q)) => {
-                    if !self.answers.contains_key(&q.call_id) {
-                        self.answers.insert(q.call_id.clone(), Vec::new());
-                        calls.push(q.call_id);
-                    }
+                Decoded::Known(Payload::PermissionRequested(q))
+                    if !self.answers.contains_key(&q.call_id) =>
+                {
+                    self.answers.insert(q.call_id.clone(), Vec::new());
+                    calls.push(q.call_id);
                 }
                 _ => {}
             }
@@ -327,8 +327,9 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
         // As JSON text: a turn past bigint's range (an import may name one) is found the
         // same way, where SQLite needs a slow path.
         let turn = turn.to_string();
-        if let Some(found) = self.attempts.remove(&turn) {
-            return Ok(found);
+        // Taken, not removed: the key stays, so a later window does not look it up again.
+        if let Some(found) = self.attempts.get_mut(&turn) {
+            return Ok(std::mem::take(found));
         }
         decode_all(&self.c.query_typed(
             TURN_ATTEMPTS,
@@ -340,8 +341,8 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
     }
 
     fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
-        if let Some(found) = self.answers.remove(call_id) {
-            return Ok(found);
+        if let Some(found) = self.answers.get_mut(call_id) {
+            return Ok(std::mem::take(found));
         }
         decode_all(&self.c.query_typed(
             PERMISSION_ANSWERS,

@@ -72,6 +72,6 @@ pub fn to_i64(n: u64) -> Result<i64> {
 /// One parameter of a `query_typed` statement: its value and the type the statement takes.
 /// `query_typed` parses, binds and runs in one round trip; `query` with SQL text prepares
 /// the statement first, a round trip of its own on every call.
-pub fn typed<'a>(value: &'a (dyn ToSql + Sync), ty: Type) -> (&'a (dyn ToSql + Sync), Type) {
+pub fn typed(value: &(dyn ToSql + Sync), ty: Type) -> (&(dyn ToSql + Sync), Type) {
     (value, ty)
 }
