@@ -1,8 +1,9 @@
 //! The PostgreSQL write side: every operation of [`WriteTxn`] inside the one transaction of
 //! a [`crate::session::store::Store::write`].
 //!
-//! `seq` (I1, SPEC §16): an append locks its session's row (`SELECT … FOR UPDATE`), then
-//! inserts with `MAX(seq) + 1`. Under READ COMMITTED the insert's statement sees every
+//! `seq` (I1, SPEC §16): an append locks its session's row (`SELECT … FOR UPDATE`, or the
+//! `UPDATE` of its cache row when the event changes it: the row locks that conflict with
+//! each other all the same), then inserts with `MAX(seq) + 1`. Under READ COMMITTED the insert's statement sees every
 //! append committed before the lock was granted, so seqs are gapless and unique; appends
 //! to different sessions lock different rows and never wait for each other. A session
 //! created, imported or forked in this transaction is invisible to others until commit, so
