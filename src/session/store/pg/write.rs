@@ -138,10 +138,15 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         self.lock_if_exists(id)?;
         let seq: i64 = self
             .tx
-            .query_one(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                 WHERE session_id = $1 AND kind IN ($2, $3)",
-                &[&id.as_uuid(), &kind::COMPACTION_APPLIED, &kind::REWIND],
+            // One subquery per partial index (V1 compactions, V4 rewinds): `kind IN (both)`
+            // matches neither, and the planner scanned the table.
+            .query_typed_one(
+                "SELECT COALESCE(GREATEST(
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'compaction_applied'),
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'rewind')), 0)",
+                &[typed(&id.as_uuid(), Type::UUID)],
             )?
             .try_get(0)?;
         as_seq(seq)
