@@ -387,6 +387,7 @@ mod tests {
         assert_eq!(plain.get_ssl_mode(), SslMode::Disable);
         assert_eq!(plain.get_dbname(), Some("brain"));
         assert_eq!(plain.get_ports(), &[5433]);
+        assert_eq!(plain.get_options(), Some("-c jit=off"));
         let tls = parse("postgres://me@h/brain?sslmode=require", false).unwrap();
         assert_eq!(tls.get_ssl_mode(), SslMode::Require);
         let ro = parse("postgres://me@h/brain", true).unwrap();
