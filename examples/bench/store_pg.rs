@@ -158,6 +158,12 @@ fn load(db: &Db, corpus: usize) -> Res<Loaded> {
     let transcript = transcript::session(&store)?;
     let oldest_before = transcript::oldest_before(&store, transcript)?;
     let context = projection::session(&store, 100_000, true)?;
+    if let Db::Pg(db) = db {
+        // What autovacuum does a while after a load: statistics for the planner, hint bits
+        // and the visibility map set. Without it the reads measure that work instead.
+        let mut c = postgres::Client::connect(&db.url, postgres::NoTls)?;
+        c.batch_execute("VACUUM ANALYZE")?;
+    }
     println!(
         "loaded {}: corpus of {corpus} events in {:.1} s, everything in {:.1} s",
         match db {

@@ -5,6 +5,7 @@
 //! text; payloads as the JSON text exactly as written (`payload::text` of a `json` column).
 
 use postgres::Row;
+use postgres::types::{ToSql, Type};
 
 use crate::session::events::{Event, SessionId};
 use crate::session::store::{Result, SessionRow, StoreError};
@@ -66,4 +67,11 @@ pub fn event_row(r: &Row) -> Result<Event> {
 /// A seq or count as PostgreSQL's `bigint`.
 pub fn to_i64(n: u64) -> Result<i64> {
     i64::try_from(n).map_err(|_| StoreError::Refused("a number beyond the database's range"))
+}
+
+/// One parameter of a `query_typed` statement: its value and the type the statement takes.
+/// `query_typed` parses, binds and runs in one round trip; `query` with SQL text prepares
+/// the statement first, a round trip of its own on every call.
+pub fn typed(value: &(dyn ToSql + Sync), ty: Type) -> (&(dyn ToSql + Sync), Type) {
+    (value, ty)
 }

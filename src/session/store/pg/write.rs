@@ -1,8 +1,9 @@
 //! The PostgreSQL write side: every operation of [`WriteTxn`] inside the one transaction of
 //! a [`crate::session::store::Store::write`].
 //!
-//! `seq` (I1, SPEC §16): an append locks its session's row (`SELECT … FOR UPDATE`), then
-//! inserts with `MAX(seq) + 1`. Under READ COMMITTED the insert's statement sees every
+//! `seq` (I1, SPEC §16): an append locks its session's row (`SELECT … FOR UPDATE`, or the
+//! `UPDATE` of its cache row when the event changes it: the row locks that conflict with
+//! each other all the same), then inserts with `MAX(seq) + 1`. Under READ COMMITTED the insert's statement sees every
 //! append committed before the lock was granted, so seqs are gapless and unique; appends
 //! to different sessions lock different rows and never wait for each other. A session
 //! created, imported or forked in this transaction is invisible to others until commit, so
@@ -21,9 +22,9 @@
 use std::collections::HashSet;
 
 use postgres::Transaction;
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 
-use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64};
+use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
 use crate::clock::Clock;
 use crate::session::events::{
     CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
@@ -82,11 +83,20 @@ impl<'t, 'c> PgWriter<'t, 'c> {
                 "session_started is written only when a session is created",
             ));
         }
-        self.lock_session(id)?;
         let now = self.clock.now_string();
-        let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
-        self.apply_cache_effect(id, &payload.cache_effect(), &now)?;
-        Ok(event)
+        let effect = payload.cache_effect();
+        if self.locked.contains(&id) {
+            let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+            self.apply_cache_effect(id, &effect, &now)?;
+            return Ok(event);
+        }
+        // Updating the cache row first locks it as `SELECT … FOR UPDATE` would (the insert
+        // after it sees every append committed before): one round trip fewer.
+        if !self.apply_cache_effect(id, &effect, &now)? {
+            self.lock_session(id)?;
+        }
+        self.locked.insert(id);
+        self.insert_event(id, payload.kind(), &payload.to_json(), &now)
     }
 
     fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
@@ -132,10 +142,15 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         self.lock_if_exists(id)?;
         let seq: i64 = self
             .tx
-            .query_one(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                 WHERE session_id = $1 AND kind IN ($2, $3)",
-                &[&id.as_uuid(), &kind::COMPACTION_APPLIED, &kind::REWIND],
+            // One subquery per partial index (V1 compactions, V4 rewinds): `kind IN (both)`
+            // matches neither, and the planner scanned the table.
+            .query_typed_one(
+                "SELECT COALESCE(GREATEST(
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'compaction_applied'),
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'rewind')), 0)",
+                &[typed(&id.as_uuid(), Type::UUID)],
             )?
             .try_get(0)?;
         as_seq(seq)
@@ -311,9 +326,9 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         }
         let found = self
             .tx
-            .query_opt(
+            .query_typed_opt(
                 "SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&id.as_uuid()],
+                &[typed(&id.as_uuid(), Type::UUID)],
             )?
             .is_some();
         if found {
@@ -329,14 +344,14 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         system: &str,
         created_at: &str,
     ) -> Result<()> {
-        self.tx.execute(
+        self.tx.query_typed(
             "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
-             VALUES ($1, $2, false, $3, $4::text::timestamptz, $4::text::timestamptz)",
+             VALUES ($1, $2, false, $3, $4::timestamptz, $4::timestamptz)",
             &[
-                &id.as_uuid(),
-                &title.map(without_nul),
-                &without_nul(system),
-                &created_at,
+                typed(&id.as_uuid(), Type::UUID),
+                typed(&title.map(without_nul), Type::TEXT),
+                typed(&without_nul(system), Type::TEXT),
+                typed(&created_at, Type::TEXT),
             ],
         )?;
         // Invisible to others until commit: as good as locked.
@@ -355,14 +370,19 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     ) -> Result<Event> {
         let seq: i64 = self
             .tx
-            .query_one(
+            .query_typed_one(
                 "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
                  VALUES (
                      $1,
                      (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = $1),
-                     $2, $3::text::json, $4::text::timestamptz)
+                     $2, $3::json, $4::timestamptz)
                  RETURNING seq",
-                &[&id.as_uuid(), &kind, &payload, &created_at],
+                &[
+                    typed(&id.as_uuid(), Type::UUID),
+                    typed(&kind, Type::TEXT),
+                    typed(&payload, Type::TEXT),
+                    typed(&created_at, Type::TEXT),
+                ],
             )?
             .try_get(0)?;
         Ok(Event {
@@ -373,27 +393,34 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         })
     }
 
-    fn apply_cache_effect(&mut self, id: SessionId, effect: &CacheEffect, now: &str) -> Result<()> {
+    /// Updates the cache row as the effect says (which locks it); whether a row was
+    /// updated (none when the effect changes nothing or the session does not exist).
+    fn apply_cache_effect(
+        &mut self,
+        id: SessionId,
+        effect: &CacheEffect,
+        now: &str,
+    ) -> Result<bool> {
         if effect.title.is_none() && effect.archived.is_none() && !effect.touches_updated_at {
-            return Ok(());
+            return Ok(false);
         }
         let title = effect.title.clone().flatten().map(|t| without_nul(&t));
-        self.tx.execute(
+        let rows = self.tx.query_typed(
             "UPDATE sessions SET
                  title = CASE WHEN $2 THEN $3 ELSE title END,
                  archived = COALESCE($4, archived),
-                 updated_at = CASE WHEN $5 THEN $6::text::timestamptz ELSE updated_at END
-             WHERE id = $1",
+                 updated_at = CASE WHEN $5 THEN $6::timestamptz ELSE updated_at END
+             WHERE id = $1 RETURNING 1",
             &[
-                &id.as_uuid(),
-                &effect.title.is_some(),
-                &title,
-                &effect.archived,
-                &effect.touches_updated_at,
-                &now,
+                typed(&id.as_uuid(), Type::UUID),
+                typed(&effect.title.is_some(), Type::BOOL),
+                typed(&title, Type::TEXT),
+                typed(&effect.archived, Type::BOOL),
+                typed(&effect.touches_updated_at, Type::BOOL),
+                typed(&now, Type::TEXT),
             ],
         )?;
-        Ok(())
+        Ok(!rows.is_empty())
     }
 }
 
