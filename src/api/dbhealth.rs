@@ -95,8 +95,12 @@ impl DbHealth {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        st.last
-            .is_some_and(|(passed, at)| passed && at.elapsed() < self.stale)
+        // Stale is "the database has not answered for this long": while a check runs,
+        // counted from that check's start (an idle spell before it is not the database's
+        // fault); else from the last check's.
+        let since = st.running.or(st.last.map(|(_, at)| at));
+        st.last.is_some_and(|(passed, _)| passed)
+            && since.is_some_and(|at| at.elapsed() < self.stale)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -113,6 +117,29 @@ mod tests {
     use std::sync::mpsc;
 
     const WAIT: Duration = Duration::from_millis(50);
+
+    /// Second review #6: after an idle spell longer than the stale limit, the first check
+    /// that took longer than the probe said "error" at once, though the database had been
+    /// slow for only that long.
+    #[test]
+    fn a_slow_check_after_an_idle_spell_is_not_stale_at_once() {
+        let stale = Duration::from_millis(200);
+        let h = DbHealth::with_limits(Duration::from_millis(1), stale);
+        assert!(h.ok(Duration::from_secs(5), || true));
+        let idle_from = Instant::now();
+        while idle_from.elapsed() <= stale {
+            std::thread::yield_now();
+        }
+        let (release, held) = mpsc::channel::<()>();
+        assert!(
+            h.ok(WAIT, move || {
+                let _ = held.recv();
+                true
+            }),
+            "a check that has run for {WAIT:?} is not {stale:?} stale"
+        );
+        drop(release);
+    }
 
     #[test]
     fn a_quick_check_is_answered_and_reused_within_its_ttl() {

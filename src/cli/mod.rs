@@ -161,10 +161,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
 fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match db {
         // Before any lock file or directory is made from it (it may hold a password).
-        Some(p) if crate::session::store::is_key_value_conninfo(&p.to_string_lossy()) => {
-            Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into())
-        }
-        Some(p) => Ok(p),
+        Some(p) => match DbTarget::of(&p) {
+            DbTarget::KeyValue => {
+                Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into())
+            }
+            DbTarget::BadUrl => {
+                Err(StoreError::Refused(crate::session::store::BAD_URL_REFUSED).into())
+            }
+            DbTarget::Sqlite(_) | DbTarget::Postgres(_) => Ok(p),
+        },
         None => config::default_db_path().ok_or(CliError::NoDataDir),
     }
 }
@@ -194,6 +199,9 @@ fn coordinator(db: &std::path::Path) -> Result<Arc<dyn Coordinator>, CliError> {
         DbTarget::Sqlite(_) => Arc::new(LocalCoordinator),
         DbTarget::KeyValue => {
             return Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into());
+        }
+        DbTarget::BadUrl => {
+            return Err(StoreError::Refused(crate::session::store::BAD_URL_REFUSED).into());
         }
     })
 }

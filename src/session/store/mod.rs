@@ -34,8 +34,8 @@ pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, Sess
 pub use maintenance::Checkpoints;
 pub use pg::PgStore;
 pub use seam::{
-    Backend, DbTarget, KEY_VALUE_REFUSED, Store, WriteTxn, Writer, is_key_value_conninfo,
-    is_postgres_url,
+    BAD_URL_REFUSED, Backend, DbTarget, KEY_VALUE_REFUSED, Store, WriteTxn, Writer,
+    is_key_value_conninfo, is_postgres_url,
 };
 pub use write::SqliteWriter;
 

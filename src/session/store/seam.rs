@@ -30,6 +30,10 @@ pub enum DbTarget<'a> {
     /// but brain takes only URLs, and opening it as a SQLite file would name a file after
     /// its password. Refused ([`KEY_VALUE_REFUSED`]), never echoed.
     KeyValue,
+    /// Text that starts like a PostgreSQL URL but is not one (`postgres:/db`,
+    /// `postgres//host/db`): a typo, which as a path would quietly make a SQLite file.
+    /// Refused ([`BAD_URL_REFUSED`]), never echoed (it may hold a password).
+    BadUrl,
 }
 
 impl<'a> DbTarget<'a> {
@@ -39,6 +43,7 @@ impl<'a> DbTarget<'a> {
         match db.to_str() {
             Some(url) if is_postgres_url(url) => DbTarget::Postgres(url),
             Some(text) if is_key_value_conninfo(text) => DbTarget::KeyValue,
+            Some(text) if looks_like_a_postgres_url(text) => DbTarget::BadUrl,
             _ => DbTarget::Sqlite(db),
         }
     }
@@ -49,6 +54,22 @@ impl<'a> DbTarget<'a> {
 pub const KEY_VALUE_REFUSED: &str = "--db looks like a PostgreSQL key=value connection string; \
      brain takes a URL instead: postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?sslmode=…] \
      (or set BRAIN_DB to one)";
+
+/// The refusal of a mistyped PostgreSQL URL as `--db`.
+pub const BAD_URL_REFUSED: &str = "--db starts like a PostgreSQL URL but is not one; write it \
+     as postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME (two slashes after the colon)";
+
+/// Whether `db` begins with `postgres` or `postgresql` followed by `:` or `/` (any case):
+/// what a PostgreSQL URL with a typo looks like. A real file of that name would need a
+/// directory called `postgres:` or `postgres`; write it `./postgres/…` to mean the file.
+fn looks_like_a_postgres_url(db: &str) -> bool {
+    let lower = db.get(..11).unwrap_or(db).to_ascii_lowercase();
+    ["postgresql", "postgres"].iter().any(|scheme| {
+        lower
+            .strip_prefix(scheme)
+            .is_some_and(|rest| rest.starts_with(':') || rest.starts_with('/'))
+    })
+}
 
 /// libpq's connection keywords that a `key=value` string names its server with.
 const LIBPQ_KEYWORDS: [&str; 12] = [
@@ -187,6 +208,7 @@ impl Store {
             DbTarget::Sqlite(path) => Store::from_backend(SqliteStore::open(path, options)?),
             DbTarget::Postgres(url) => Store::from_backend(PgStore::open(url, options)?),
             DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
+            DbTarget::BadUrl => return Err(StoreError::Refused(BAD_URL_REFUSED)),
         })
     }
 
@@ -201,6 +223,7 @@ impl Store {
                 Store::from_backend(PgStore::open_read_only(url, options, older)?)
             }
             DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
+            DbTarget::BadUrl => return Err(StoreError::Refused(BAD_URL_REFUSED)),
         })
     }
 
@@ -453,6 +476,44 @@ impl WriteTxn for SqliteWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Second review #7: `postgres:/x`, `postgres:x`, `postgres//host/x` quietly made SQLite
+    /// files (`./postgres:/x`…) and migrated them.
+    #[test]
+    fn a_mistyped_postgres_url_is_refused_without_echoing_it() {
+        for db in [
+            "postgres:/x",
+            "postgres:x",
+            "postgres//127.0.0.1/x",
+            "PostgreSQL:/u:s3cret@h/x",
+            "postgresql:/x",
+        ] {
+            assert_eq!(DbTarget::of(Path::new(db)), DbTarget::BadUrl, "{db}");
+            let e = Store::open(Path::new(db), StoreOptions::default())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("postgres://"), "{e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        for db in ["postgres://h/x", "POSTGRESQL://h/x"] {
+            assert!(
+                matches!(DbTarget::of(Path::new(db)), DbTarget::Postgres(_)),
+                "{db}"
+            );
+        }
+        for path in [
+            "postgres.db",
+            "postgresdata/brain.db",
+            "./postgres/brain.db",
+        ] {
+            assert_eq!(
+                DbTarget::of(Path::new(path)),
+                DbTarget::Sqlite(Path::new(path)),
+                "{path}"
+            );
+        }
+    }
 
     /// Review #8: `host=… password=… dbname=…` became a SQLite file named with the
     /// password.

@@ -57,6 +57,12 @@ pub const WRITE_CONNECTIONS: u32 = 8;
 /// connections) before PostgreSQL cancels it: a read holds its connection no longer.
 pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The longest a write waits for a lock another transaction holds (`lock_timeout` on the
+/// write pool's connections): a table locked by an operator, or a stuck transaction, fails
+/// the write with an error within the turn's persist deadline (SPEC §6) instead of hanging
+/// the request. Writes themselves are short; they wait only on others' locks.
+pub const WRITE_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// PostgreSQL's code for a statement cancelled by `statement_timeout`.
 const QUERY_CANCELED: &str = "57014";
 
@@ -128,6 +134,12 @@ impl PgStore {
             Some(o) => format!("{o} {timeout}"),
             None => timeout,
         });
+        let mut write_config = config.clone();
+        let lock_wait = format!("-c lock_timeout={}", WRITE_LOCK_TIMEOUT.as_millis());
+        write_config.options(&match config.get_options() {
+            Some(o) => format!("{o} {lock_wait}"),
+            None => lock_wait,
+        });
         // Connections open as they are needed: the open above already proved the URL.
         let reads = r2d2::Pool::builder()
             .max_size(options.readers.max(1))
@@ -142,7 +154,7 @@ impl PgStore {
             // the server dropped fails the one call that meets it, and r2d2 discards it
             // as broken (`is_closed`) when it comes back.
             .test_on_check_out(false)
-            .build(PostgresConnectionManager::new(config, tls))?;
+            .build(PostgresConnectionManager::new(write_config, tls))?;
         Ok(PgStore {
             reads,
             writes,
@@ -318,6 +330,8 @@ fn migrate_locked(c: &mut Client) -> Result<()> {
 /// The URL as a connection config. No `sslmode` means no TLS (libpq would try it first);
 /// a read-only open's sessions refuse every write.
 fn parse(url: &str, read_only: bool) -> Result<Config> {
+    // The scheme is case-insensitive (RFC 3986), the parser's match on it is not.
+    let url = &lowercase_scheme(url);
     let mut config: Config = url.parse().map_err(|source| StoreError::Connect {
         url: without_password(url),
         source,
@@ -336,6 +350,14 @@ fn parse(url: &str, read_only: bool) -> Result<Config> {
         config.application_name("brain");
     }
     Ok(config)
+}
+
+/// `url` with its scheme (before `://`) in lower case.
+fn lowercase_scheme(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+        None => url.to_owned(),
+    }
 }
 
 fn connect(config: &Config, tls: &MakeRustlsConnect, url: &str) -> Result<Client> {
@@ -416,6 +438,14 @@ pub fn without_password(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Second review #7: `PostgreSQL://…` was taken for PostgreSQL, then refused by the
+    /// parser ("invalid connection string").
+    #[test]
+    fn an_upper_case_scheme_parses() {
+        assert!(parse("PostgreSQL://u@h:5/db", false).is_ok());
+        assert_eq!(lowercase_scheme("POSTGRES://U@H/Db"), "postgres://U@H/Db");
+    }
+
     use super::*;
 
     #[test]
