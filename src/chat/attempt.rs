@@ -14,7 +14,7 @@ use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Poll, ProviderError, StreamEvent, ToolCall};
 use crate::session::StoreError;
-use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt};
+use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt, PassOutcome};
 use crate::session::events::{AttemptEnd, Payload, PendingState, Usage};
 use crate::session::projection::{Role, llm_request};
 
@@ -223,7 +223,10 @@ fn prepare(
         });
         let summarizer = summarizer(inner, &model, budget.window);
         let interrupted = || turn.interrupt();
-        inner
+        if !turn.keep_claim(&inner.store) {
+            return Err(Stopped::ByUser);
+        }
+        let passes = inner
             .compactor
             .pre_send(
                 turn.session_id,
@@ -232,6 +235,11 @@ fn prepare(
                 &Bounds::within(s.compaction_timeout, &interrupted),
             )
             .map_err(compaction_stop)?;
+        for pass in passes {
+            if let PassOutcome::Compacted { seq, .. } = pass {
+                turn.wrote(seq);
+            }
+        }
     }
     if let Some(i) = turn.interrupt() {
         return Err(i.into());
@@ -441,13 +449,14 @@ pub(super) fn checkpoint(
 ) -> Result<(), StoreError> {
     // The claim first (one query on its connection): an attempt whose session another
     // server took appends nothing more but its end.
-    if !turn.keep_claim() {
+    if !turn.keep_claim(&inner.store) {
         return Ok(());
     }
     let Some(payload) = unsaved(turn, out) else {
         return Ok(());
     };
     let seq = inner.store.append(turn.session_id, &payload)?.seq;
+    turn.wrote(seq);
     out.saved(seq);
     turn.push(Frame::Checkpoint { seq });
     Ok(())

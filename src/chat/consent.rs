@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, Inner, STOP_POLL, lock};
-use super::frames::{ActiveTurn, Frame, Phase};
+use super::frames::{ActiveTurn, CLAIM_LOST, Frame, Phase};
 use crate::session::compactor::Interrupt;
 use crate::session::events::{
     Decoded, Payload, PermissionRequested, PermissionResolved, kind, resolved_by,
@@ -51,6 +51,10 @@ pub(super) fn ask(
     args: &str,
     timeout: Duration,
 ) -> Result<Resolution, StoreError> {
+    // I7 across servers: each of the attempt's appends only while the session is its own.
+    if !turn.keep_claim(&inner.store) {
+        return Err(StoreError::Refused(CLAIM_LOST));
+    }
     let (tx, rx) = mpsc::channel();
     *lock(&turn.consent) = Some(Waiting {
         call_id: call_id.to_owned(),
@@ -67,7 +71,10 @@ pub(super) fn ask(
         }),
     );
     let asked = match asked {
-        Ok(e) => e,
+        Ok(e) => {
+            turn.wrote(e.seq);
+            e
+        }
         Err(e) => {
             lock(&turn.consent).take();
             return Err(e);
@@ -122,6 +129,9 @@ pub(super) fn ask(
     };
     lock(&turn.consent).take();
     let decision = if resolution.allow { "allow" } else { "deny" };
+    if !turn.keep_claim(&inner.store) {
+        return Err(StoreError::Refused(CLAIM_LOST));
+    }
     let resolved = inner.store.append(
         turn.session_id,
         &Payload::PermissionResolved(PermissionResolved {
@@ -131,6 +141,7 @@ pub(super) fn ask(
             remember: resolution.remember,
         }),
     )?;
+    turn.wrote(resolved.seq);
     turn.push(Frame::PermissionResolved {
         call_id: call_id.to_owned(),
         decision: decision.to_owned(),

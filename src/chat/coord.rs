@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
+pub use crate::session::store::pg::coord::Kept;
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
 use crate::session::{SessionId, StoreError};
@@ -35,12 +36,12 @@ pub struct Claim {
 
 /// What a claim holds across servers.
 trait Held: Send {
-    /// Whether it still holds (taken again if it was lost and nobody took it meanwhile).
-    fn keep(&mut self) -> Result<bool, StoreError>;
+    /// Whether it still holds (taken again if it was lost and nobody holds it now).
+    fn keep(&mut self) -> Result<Kept, StoreError>;
 }
 
 impl Held for SessionLock {
-    fn keep(&mut self) -> Result<bool, StoreError> {
+    fn keep(&mut self) -> Result<Kept, StoreError> {
         SessionLock::keep(self)
     }
 }
@@ -51,22 +52,23 @@ impl Claim {
         Claim { held: None }
     }
 
-    /// Whether the session is still this server's. `false` when another server took it
-    /// after this claim's connection broke, or when that cannot be told (the database
-    /// out of reach): I7 comes first. Logged, since the attempt ends for it.
-    pub fn keep(&mut self, id: SessionId) -> bool {
+    /// Whether the session is still this server's. [`Kept::Lost`] when another server
+    /// holds it after this claim's connection broke, or when that cannot be told (the
+    /// database out of reach): I7 comes first. Logged, since the attempt ends for it.
+    /// [`Kept::TakenAgain`] is only as good as the caller's check that nobody wrote meanwhile.
+    pub fn keep(&mut self, id: SessionId) -> Kept {
         let Some(held) = self.held.as_mut() else {
-            return true;
+            return Kept::Held;
         };
         match held.keep() {
-            Ok(true) => true,
-            Ok(false) => {
+            Ok(Kept::Lost) => {
                 log::warn!("{id}: another server took the session (this one's lock was lost)");
-                false
+                Kept::Lost
             }
+            Ok(kept) => kept,
             Err(e) => {
                 log::warn!("{id}: lost the session's lock and cannot take it again: {e}");
-                false
+                Kept::Lost
             }
         }
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::attempt::{Stopped, Streamed, last_checkpoint};
 use super::engine::Inner;
-use super::frames::{ActiveTurn, EndStatus, Frame};
+use super::frames::{ActiveTurn, CLAIM_LOST, EndStatus, Frame};
 use crate::session::StoreError;
 use crate::session::events::{AssistantTurn, AttemptEnd, Payload, TurnFailed, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
@@ -20,12 +20,11 @@ pub(super) fn end_attempt(
     took: Duration,
 ) -> Frame {
     let provider = inner.provider.base_url().to_owned();
-    // The answer is appended only while the session is still this attempt's (I7): else
-    // it ends as a stop does, its text kept as its partial.
-    let stopped = match stopped {
-        Stopped::Completed if !out.text.is_empty() && !turn.keep_claim() => Stopped::ByUser,
-        other => other,
-    };
+    // Whatever ends the attempt is appended only while the session is still its own (I7):
+    // else another server's turn may already be in the log after this one's checkpoints.
+    if !turn.keep_claim(&inner.store) {
+        return lost(inner, turn, model, out, took);
+    }
     let (code, message, retryable) = match &stopped {
         Stopped::Completed if !out.text.is_empty() => {
             return complete(inner, turn, model, out, took);
@@ -54,11 +53,6 @@ pub(super) fn end_attempt(
             }
             (e.code().to_owned(), message, e.retryable())
         }
-        Stopped::ByUser if turn.claim_lost() => (
-            "stopped".to_owned(),
-            "another server took the session".to_owned(),
-            true,
-        ),
         Stopped::ByUser => ("stopped".to_owned(), "stopped on request".to_owned(), true),
         Stopped::Shutdown => (
             "shutdown".to_owned(),
@@ -130,6 +124,40 @@ pub(super) fn end_attempt(
         },
         seq,
         provider,
+        model: model.to_owned(),
+        usage: out.usage,
+        steps: out.steps.max(1),
+        finish_reason: out.finish_reason.clone(),
+    }
+}
+
+/// An attempt whose session another server took: it writes nothing more to the session
+/// (what its checkpoints saved stays), says why, and ends.
+fn lost(inner: &Inner, turn: &ActiveTurn, model: &str, out: &Streamed, took: Duration) -> Frame {
+    log::warn!(
+        "turn {} of {} (attempt {}): ends without writing more: {CLAIM_LOST}",
+        turn.turn,
+        turn.session_id,
+        turn.attempt
+    );
+    turn.push(Frame::Error {
+        code: "stopped".into(),
+        message: CLAIM_LOST.into(),
+        retryable: true,
+    });
+    if !model.is_empty() {
+        // The provider call happened: the ledger is not the session's log.
+        let code = Some("stopped");
+        record_chat(inner, turn, model, out, took, CallStatus::Interrupted, code);
+    }
+    Frame::End {
+        status: if out.text.is_empty() {
+            EndStatus::Failed
+        } else {
+            EndStatus::Interrupted
+        },
+        seq: None,
+        provider: inner.provider.base_url().to_owned(),
         model: model.to_owned(),
         usage: out.usage,
         steps: out.steps.max(1),

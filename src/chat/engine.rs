@@ -291,7 +291,7 @@ impl Engine {
             )?
             .seq)
         })?;
-        Ok(self.start(&mut turns, ActiveTurn::new(id, seq, 1), model, claim))
+        Ok(self.start(&mut turns, ActiveTurn::new(id, seq, 1), model, (claim, seq)))
     }
 
     /// Forks the session through `through_seq` (default: the newest event of the current
@@ -350,7 +350,10 @@ impl Engine {
             .max()
             .unwrap_or(0)
             + 1;
-        Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model, claim))
+        // Where the attempt starts writing (I7 across servers: see `keep_claim`).
+        let last_seq = self.inner.store.last_seq(id)?;
+        let held = (claim, last_seq);
+        Ok(self.start(&mut turns, ActiveTurn::new(id, turn, attempt), model, held))
     }
 
     /// A new attempt of the session may start: none of its own runs (I7), and the engine
@@ -380,10 +383,10 @@ impl Engine {
         turns: &mut HashMap<SessionId, Arc<ActiveTurn>>,
         turn: ActiveTurn,
         model: Option<String>,
-        claim: Claim,
+        (claim, last_seq): (Claim, u64),
     ) -> Subscription {
         let turn = Arc::new(turn);
-        turn.hold(claim);
+        turn.hold(claim, last_seq);
         // Ended attempts are kept for `/live` only so long.
         turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
         turns.insert(turn.session_id, Arc::clone(&turn));

@@ -8,15 +8,16 @@
 //! subscriber reads it from there in frames of at most [`REPLAY_FRAME_BYTES`]. Every
 //! subscriber still gets the whole text exactly once, in order, then `end`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::session::SessionId;
+use super::coord::Kept;
 use crate::session::compactor::Interrupt;
 use crate::session::events::Usage;
+use crate::session::{SessionId, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -29,6 +30,9 @@ pub enum Phase {
     /// Waiting for the user's consent to a call.
     Permission,
 }
+
+/// Why an attempt ends when another server took its session (I7 across servers).
+pub(super) const CLAIM_LOST: &str = "another server took the session";
 
 /// How an attempt ended (SPEC §6's table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -189,6 +193,9 @@ pub struct ActiveTurn {
     claim: Mutex<Option<super::coord::Claim>>,
     /// Set when another server took the session from under the attempt.
     claim_lost: AtomicBool,
+    /// The seq of the attempt's own newest write (its user message, a checkpoint, a tool
+    /// event): a claim taken again holds only while the session's last seq is still it.
+    own_seq: AtomicU64,
 }
 
 impl ActiveTurn {
@@ -209,22 +216,59 @@ impl ActiveTurn {
             consent: Mutex::new(None),
             claim: Mutex::new(None),
             claim_lost: AtomicBool::new(false),
+            own_seq: AtomicU64::new(0),
         }
     }
 
-    /// Holds the session's claim until the attempt ends.
-    pub(super) fn hold(&self, claim: super::coord::Claim) {
+    /// Holds the session's claim until the attempt ends; `last_seq` is the session's last
+    /// seq under it (the attempt's user message, or where its retry starts).
+    pub(super) fn hold(&self, claim: super::coord::Claim, last_seq: u64) {
+        self.own_seq.store(last_seq, Ordering::SeqCst);
         *self.claim.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim);
     }
 
+    /// The attempt appended `seq` to its session.
+    pub(super) fn wrote(&self, seq: u64) {
+        self.own_seq.fetch_max(seq, Ordering::SeqCst);
+    }
+
     /// Whether the session is still this attempt's (I7 across servers; see
-    /// [`super::coord::Claim::keep`]). When it is not, the attempt is asked to stop, as a
-    /// `/stop` would: it ends with its text kept.
-    pub(super) fn keep_claim(&self) -> bool {
+    /// [`super::coord::Claim::keep`]); asked before each of its appends. A claim whose
+    /// connection broke and that was taken again holds only if nobody wrote to the session
+    /// meanwhile (another server may have run a whole turn in between). Once lost, it stays
+    /// lost and is let go: the attempt is asked to stop, as a `/stop` would, and writes
+    /// nothing more to the session.
+    pub(super) fn keep_claim(&self, store: &Store) -> bool {
+        if self.claim_lost() {
+            return false;
+        }
+        let id = self.session_id;
         let mut claim = self.claim.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = claim.as_mut().is_none_or(|c| c.keep(self.session_id));
+        let kept = match claim.as_mut().map(|c| c.keep(id)) {
+            None | Some(Kept::Held) => true,
+            Some(Kept::Lost) => false,
+            Some(Kept::TakenAgain) => {
+                let own = self.own_seq.load(Ordering::SeqCst);
+                match store.last_seq(id) {
+                    Ok(last) if last == own => true,
+                    Ok(last) => {
+                        log::warn!(
+                            "{id}: another server wrote to the session (up to seq {last}, this \
+                             attempt's last is {own}) while this one's lock was lost"
+                        );
+                        false
+                    }
+                    Err(e) => {
+                        log::warn!("{id}: cannot tell whether another server wrote: {e}");
+                        false
+                    }
+                }
+            }
+        };
         if !kept {
             self.claim_lost.store(true, Ordering::SeqCst);
+            // Let go of a lock taken again: the session is the other server's.
+            claim.take();
             self.request_stop();
         }
         kept

@@ -212,11 +212,16 @@ fn run_calls(
             error: ran.error.clone(),
             duration_ms: started.elapsed().as_millis() as u64,
         };
+        // I7 across servers: each of the attempt's appends only while the session is its own.
+        if !turn.keep_claim(&inner.store) {
+            return Err(Stopped::ByUser);
+        }
         let seq = inner
             .store
             .append(turn.session_id, &Payload::ToolExecution(record.clone()))
             .map_err(Stopped::Store)?
             .seq;
+        turn.wrote(seq);
         turn.push(Frame::ToolResult {
             call_id: call.id.clone(),
             status: record.status.clone(),

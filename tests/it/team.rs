@@ -320,7 +320,7 @@ fn an_attempt_whose_lock_connection_dies_takes_the_lock_again_and_goes_on() {
 }
 
 #[test]
-fn an_attempt_whose_lock_another_server_took_meanwhile_ends_with_its_text_kept() {
+fn an_attempt_whose_lock_another_server_took_meanwhile_ends_keeping_what_it_saved() {
     let mock = MockLlm::start(&[]);
     let Some(t) = team("an_attempt_whose_lock_another_took", &mock) else {
         return;
@@ -355,21 +355,20 @@ fn an_attempt_whose_lock_another_server_took_meanwhile_ends_with_its_text_kept()
     seen.extend(frames(on_a));
     let (status, seq) = end(&seen);
     assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
+    assert_eq!(seq, None, "it wrote nothing once the session was another's");
     assert!(
         text(&seen).len() < words.join(" ").len(),
         "it went on to the end"
     );
-    // Its text is kept: the partial is what it streamed, and its last event says why.
+    assert!(seen.iter().any(|f| matches!(
+        f,
+        Frame::Error { message, .. } if message.contains("another server")
+    )));
+    // What its checkpoints saved stays, and nothing after: no closing checkpoint.
     let a_events = events_of(&t, id, turn);
-    let partial: String = a_events
-        .iter()
-        .filter(|(_, kind, _)| kind == "pending_state")
-        .map(|(_, _, p)| p["text"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(partial, text(&seen));
-    let (last_seq, _, last) = a_events.last().unwrap();
-    assert_eq!(Some(*last_seq), seq);
-    assert_eq!(last["ended"]["code"], "stopped", "{last}");
+    let partial = saved_text(&a_events);
+    assert!(text(&seen).starts_with(&partial), "{partial:?}");
+    assert!(a_events.iter().all(|(_, _, p)| p["ended"].is_null()));
     // The other server's session: nobody else gets in; once it lets go, B's turn runs and
     // A's attempt wrote nothing more.
     assert!(turn_in_flight(t.b.send(id, "me too", None)));
@@ -382,6 +381,74 @@ fn an_attempt_whose_lock_another_server_took_meanwhile_ends_with_its_text_kept()
         EndStatus::Completed
     );
     assert_eq!(events_of(&t, id, turn).len(), a_events.len());
+}
+
+/// The text of the attempt's checkpoints, in order.
+fn saved_text(events: &[(u64, String, serde_json::Value)]) -> String {
+    events
+        .iter()
+        .filter(|(_, kind, _)| kind == "pending_state")
+        .map(|(_, _, p)| p["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_attempt_whose_lock_was_free_again_after_another_servers_turn_writes_nothing_more() {
+    let mock = MockLlm::start(&[]);
+    let Some(t) = team("an_attempt_whose_lock_was_free_again", &mock) else {
+        return;
+    };
+    let id = session(&t);
+    let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    let mut seen = until_text(&mut on_a);
+    let Frame::Turn { turn, .. } = seen[0] else {
+        panic!("{seen:?}")
+    };
+    wait_until("A's first checkpoint", || {
+        !saved_text(&events_of(&t, id, turn)).is_empty()
+    });
+    // A's lock connection dies; B claims the free session before A checks its lock (A
+    // may take it again first: its connection is cut again until B gets in).
+    mock.script(json!({"kind": "stream", "text": "from b"}));
+    let mut admin = admin(&t);
+    let mut on_b = None;
+    wait_until("B's turn started", || {
+        if let Some(pid) = holder(&mut admin, id) {
+            terminate(&mut admin, pid);
+        }
+        match t.b.send(id, "now b", None) {
+            Ok(sub) => on_b = Some(sub),
+            Err(e) => assert!(matches!(e, EngineError::TurnInFlight), "{e:?}"),
+        }
+        on_b.is_some()
+    });
+    // B answers and lets go: the lock is free again when A next checks it.
+    let on_b = frames(on_b.unwrap());
+    assert_eq!(end(&on_b).0, EndStatus::Completed, "{on_b:?}");
+    seen.extend(frames(on_a));
+    let (status, seq) = end(&seen);
+    assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
+    assert_eq!(seq, None, "it wrote nothing once the session was another's");
+    assert!(text(&seen).len() < words.join(" ").len(), "it went on");
+    // The log: A's message and earlier checkpoints, then B's turn, and nothing of A after.
+    let log = t.store.events(id, 0, None).unwrap();
+    let b_message = log
+        .iter()
+        .find(|e| e.kind == "user_message" && e.payload.contains("now b"))
+        .map(|e| e.seq)
+        .expect("B's message");
+    let a_events = events_of(&t, id, turn);
+    assert!(
+        a_events.iter().all(|(seq, _, _)| *seq < b_message),
+        "A wrote after B's turn: {a_events:?}"
+    );
+    assert!(a_events.iter().all(|(_, kind, _)| kind == "pending_state"));
+    assert!(text(&seen).starts_with(&saved_text(&a_events)));
+    let last = log.last().unwrap();
+    assert_eq!(last.kind, "assistant_turn", "{last:?}");
+    assert!(last.payload.contains("from b"), "{last:?}");
 }
 
 #[test]

@@ -20,7 +20,8 @@
 //!   (`chat::coord`); an answer lost is given again (the question waits until its timeout).
 //! - **An outage**: idle connections that died unseen are replaced on first use
 //!   ([`Shared::run`]); a held lock whose connection died is taken again, if still free,
-//!   when its attempt checks it ([`SessionLock::keep`]).
+//!   when its attempt checks it ([`SessionLock::keep`]); the attempt then checks nobody
+//!   wrote to the session meanwhile (`chat::frames::ActiveTurn::keep_claim`).
 //!
 //! Each connection comes from one connect function, so the caller decides TLS
 //! ([`PgCoordinator::with_connector`]); [`PgCoordinator::from_url`] connects without TLS.
@@ -306,6 +307,18 @@ fn note(channel: &str, payload: &str) -> Option<Note> {
     }
 }
 
+/// What [`SessionLock::keep`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// Held all along (its connection answers).
+    Held,
+    /// Its connection broke and it was taken again: someone may have held it meanwhile,
+    /// so the holder checks nobody wrote to the session since its own last write.
+    TakenAgain,
+    /// Another connection holds it now.
+    Lost,
+}
+
 /// A held session lock; released when dropped (the attempt, compaction or delete ended).
 pub struct SessionLock {
     shared: Arc<Shared>,
@@ -322,11 +335,11 @@ impl SessionLock {
 
     /// Whether the lock is still held: its connection answers a trivial query. When that
     /// connection broke (a terminated backend, a network loss) the lock went with it; it
-    /// is taken again on a new connection unless someone took it meanwhile (`false`).
-    pub fn keep(&mut self) -> Result<bool> {
+    /// is taken again on a new connection unless someone holds it now ([`Kept::Lost`]).
+    pub fn keep(&mut self) -> Result<Kept> {
         if let Some(client) = self.client.as_mut() {
             match client.batch_execute("SELECT 1") {
-                Ok(_) => return Ok(true),
+                Ok(_) => return Ok(Kept::Held),
                 Err(e) => {
                     log::warn!("a session lock's connection broke (the lock went with it): {e}")
                 }
@@ -337,12 +350,12 @@ impl SessionLock {
         let (got, pid) = try_lock_on(&mut client, self.key)?;
         if !got {
             self.shared.give_back(client);
-            return Ok(false);
+            return Ok(Kept::Lost);
         }
         log::info!("a session lock was taken again on a new connection");
         self.client = Some(client);
         self.pid = pid;
-        Ok(true)
+        Ok(Kept::TakenAgain)
     }
 }
 
@@ -550,10 +563,14 @@ mod tests {
         let (here, there) = (coordinator(&db), coordinator(&db));
         let id = SessionId::generate();
         let mut held = here.try_lock(id).unwrap().expect("free");
-        assert!(held.keep().unwrap(), "alive");
+        assert_eq!(held.keep().unwrap(), Kept::Held, "alive");
         let pid = held.backend_pid();
         terminate(&db, pid);
-        assert!(held.keep().unwrap(), "free again, so taken again");
+        assert_eq!(
+            held.keep().unwrap(),
+            Kept::TakenAgain,
+            "free, so taken again"
+        );
         assert_ne!(held.backend_pid(), pid);
         assert!(there.try_lock(id).unwrap().is_none(), "held again");
         terminate(&db, held.backend_pid());
@@ -563,6 +580,6 @@ mod tests {
             theirs.is_some()
         });
         assert!(taken, "freed with its backend");
-        assert!(!held.keep().unwrap(), "another took it meanwhile");
+        assert_eq!(held.keep().unwrap(), Kept::Lost, "another holds it");
     }
 }
