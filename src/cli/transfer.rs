@@ -415,6 +415,8 @@ pub fn import(
                 return Err(StoreError::AlreadyExists(*id));
             }
         }
+        // Past the sessions: a failure now (the commit) is no one session's.
+        failed = None;
         Ok(())
     });
     match (written, failed) {
@@ -432,7 +434,11 @@ pub fn import(
         (Err(StoreError::Corrupt(why)), Some((line, id))) => {
             return Err(CliError::Import(line, format!("session {id}: {why}")));
         }
-        (Err(e), _) => return Err(e.into()),
+        // Any other failure while writing a session names it, as SPEC §15 asks.
+        (Err(e), Some((line, id))) => {
+            return Err(CliError::Import(line, format!("session {id}: {e}")));
+        }
+        (Err(e), None) => return Err(e.into()),
     }
     Ok(done)
 }

@@ -70,6 +70,49 @@ fn sessions_import_writes_into_postgres() {
     assert_eq!(events[0].payload, r#"{"system":"s", "title":"moved"}"#);
 }
 
+/// Review: `brain sessions export --all | brain sessions import - --db postgres://…` of a
+/// history whose answer held a NUL aborted with PostgreSQL's text (V5's indexes read the
+/// payload with `->>`, which a `\u0000` escape makes fail; V10).
+#[test]
+fn sessions_import_of_an_answer_holding_a_nul_writes_into_postgres() {
+    let name = "sessions_import_of_an_answer_holding_a_nul_writes_into_postgres";
+    let Some(db) = Db::postgres(name) else {
+        return;
+    };
+    let id = SessionId::generate();
+    let at = "2026-01-01T00:00:00.000000Z";
+    const ANSWER: &str = r#"{"turn":2,"attempt":1,"text":"r\u0000s","provider":"p","model":"m","duration_ms":1,"steps":1}"#;
+    let lines = [
+        (1, "session_started", r#"{"system":"s"}"#),
+        (2, "user_message", r#"{"text":"q"}"#),
+        (3, "pending_state", r#"{"turn":2,"attempt":1,"text":"r\u0000"}"#),
+        (4, "assistant_turn", ANSWER),
+    ]
+    .map(|(seq, kind, payload)| {
+        format!(
+            r#"{{"session_id":"{id}","seq":{seq},"kind":"{kind}","payload":{payload},"created_at":"{at}"}}"#
+        )
+    });
+    let out = run_brain(
+        &[
+            "--db",
+            &db.target().to_string_lossy(),
+            "sessions",
+            "import",
+            "-",
+        ],
+        format!("{}\n", lines.join("\n")).as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = log(&db.open(), id);
+    assert_eq!(events.len(), 4);
+    assert_eq!(events[3].payload, ANSWER);
+}
+
 #[test]
 fn serve_on_a_url_creates_sessions_in_postgres_and_names_it_without_the_password() {
     let name = "serve_on_a_url_creates_sessions_in_postgres_and_names_it_without_the_password";

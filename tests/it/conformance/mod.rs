@@ -45,6 +45,7 @@ mod cache;
 mod cli;
 mod delete;
 mod ledger;
+mod nul;
 mod reads;
 mod schema;
 mod search;

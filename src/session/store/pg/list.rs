@@ -96,8 +96,8 @@ macro_rules! candidates {
                SELECT 1 FROM session_events a
                WHERE a.session_id = e.session_id AND a.seq > e.seq
                  AND a.kind = 'assistant_turn'
-                 AND a.payload ->> 'turn' = e.payload ->> 'turn'
-                 AND a.payload ->> 'attempt' = e.payload ->> 'attempt'))"
+                 AND brain_field(a.payload, 'turn') = brain_field(e.payload, 'turn')
+                 AND brain_field(a.payload, 'attempt') = brain_field(e.payload, 'attempt')))"
     };
 }
 

@@ -78,13 +78,13 @@ const EVENTS_BEFORE: &str = concat!(
     event_columns!(),
     " FROM session_events WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
 );
-/// Through `session_events_attempts` (V5): the turn is compared as JSON text, which is
+/// Through `session_events_attempts` (V5, V10): the turn is compared as JSON text, which is
 /// how the index holds it.
 const TURN_ATTEMPTS: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-      AND kind IN ('pending_state', 'assistant_turn') AND payload ->> 'turn' = $2"
+      AND kind IN ('pending_state', 'assistant_turn') AND brain_field(payload, 'turn') = $2"
 );
 /// The attempts of several turns in one statement (a page's window names many): one probe
 /// of `session_events_attempts` (V5) per turn. Not `= ANY($2)`: with statistics the
@@ -97,15 +97,15 @@ const TURNS_ATTEMPTS: &str = concat!(
          SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-           AND kind IN ('pending_state', 'assistant_turn') AND payload ->> 'turn' = t.key
+           AND kind IN ('pending_state', 'assistant_turn') AND brain_field(payload, 'turn') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
-/// Through `session_events_permission_answers` (V5).
+/// Through `session_events_permission_answers` (V5, V10).
 const PERMISSION_ANSWERS: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-      AND kind = 'permission_resolved' AND payload ->> 'call_id' = $2"
+      AND kind = 'permission_resolved' AND brain_field(payload, 'call_id') = $2"
 );
 /// The answers to several questions in one statement (as [`TURNS_ATTEMPTS`]).
 const CALLS_ANSWERS: &str = concat!(
@@ -114,7 +114,7 @@ const CALLS_ANSWERS: &str = concat!(
          SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-           AND kind = 'permission_resolved' AND payload ->> 'call_id' = t.key
+           AND kind = 'permission_resolved' AND brain_field(payload, 'call_id') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
 const SESSION_IDS: &str = "SELECT id::text FROM sessions ORDER BY sessions.created_at, sessions.id";
@@ -260,9 +260,9 @@ fn seq(n: i64) -> Result<u64> {
 struct PgPage<'c, C> {
     c: &'c mut C,
     id: SessionId,
-    /// By turn as JSON text (`payload ->> 'turn'`): the attempts of every turn looked up.
+    /// By turn as JSON text (`brain_field(payload, 'turn')`, V10): each turn's attempts.
     attempts: HashMap<String, Vec<Event>>,
-    /// By call id: the answers to every question looked up.
+    /// By call id (as [`as_field`]): the answers to every question looked up.
     answers: HashMap<String, Vec<Event>>,
 }
 
@@ -281,10 +281,11 @@ impl<C: GenericClient> PgPage<'_, C> {
                     turns.push(turn);
                 }
                 Decoded::Known(Payload::PermissionRequested(q))
-                    if !self.answers.contains_key(&q.call_id) =>
+                    if !self.answers.contains_key(&as_field(&q.call_id)) =>
                 {
-                    self.answers.insert(q.call_id.clone(), Vec::new());
-                    calls.push(q.call_id);
+                    let call = as_field(&q.call_id);
+                    self.answers.insert(call.clone(), Vec::new());
+                    calls.push(call);
                 }
                 _ => {}
             }
@@ -306,6 +307,13 @@ impl<C: GenericClient> PgPage<'_, C> {
         }
         Ok(())
     }
+}
+
+/// A field's text as `brain_field` (V10) reads it: without its NULs, which PostgreSQL's
+/// text cannot hold. Two call ids that differ only by NULs find each other's answers too;
+/// the projection pairs answers with questions by their exact ids.
+fn as_field(text: &str) -> String {
+    text.replace('\0', "")
 }
 
 /// Adds each row's event to the list of its key (the fifth column).
@@ -354,7 +362,8 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
     }
 
     fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
-        if let Some(found) = self.answers.get_mut(call_id) {
+        let call_id = as_field(call_id);
+        if let Some(found) = self.answers.get_mut(&call_id) {
             return Ok(std::mem::take(found));
         }
         decode_all(&self.c.query_typed(

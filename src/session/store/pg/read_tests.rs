@@ -406,3 +406,43 @@ fn generated_logs_page_and_shape_the_context_as_the_whole_log() {
         })
         .unwrap();
 }
+
+/// A transcript page's lookups by turn and by call id probe V5's indexes as V10 rebuilt
+/// them on `brain_field`: the queries' expression must be the indexes' (the tables are
+/// tiny, so sequential scans are switched off to see whether an index path exists).
+#[test]
+fn a_pages_lookups_use_the_turn_and_call_indexes() {
+    let Some(mut t) = twin("a_pages_lookups_use_the_turn_and_call_indexes") else {
+        return;
+    };
+    t.pg.batch_execute("SET enable_seqscan = off").unwrap();
+    let id = "'0192e4a0-7b1c-7d3e-8f00-123456789abc'::uuid";
+    for (sql, key, index) in [
+        (TURN_ATTEMPTS, "'3'", "session_events_attempts"),
+        (TURNS_ATTEMPTS, "ARRAY['3','4']", "session_events_attempts"),
+        (
+            PERMISSION_ANSWERS,
+            "'c1'",
+            "session_events_permission_answers",
+        ),
+        (
+            CALLS_ANSWERS,
+            "ARRAY['c1']",
+            "session_events_permission_answers",
+        ),
+    ] {
+        let sql = sql.replace("$1", id).replace("$2", key);
+        let plan: Vec<String> =
+            t.pg.query(&format!("EXPLAIN {sql}"), &[])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+        let plan = plan.join("\n");
+        // `brain_field` is inlined: the condition on the field is the index's.
+        let on_field = plan
+            .lines()
+            .any(|l| l.contains("Index Cond") && l.contains("regexp_replace"));
+        assert!(plan.contains(index) && on_field, "{plan}");
+    }
+}
