@@ -506,6 +506,45 @@ mod tests {
         assert_eq!(store.last_seq(row.id).unwrap(), 1);
     }
 
+    /// Second review #4: a send on a table an operator had locked hung until the lock went
+    /// (20 s). A write now waits at most [`WRITE_LOCK_TIMEOUT`] for another's lock, then
+    /// fails, and the store's next write goes through once the lock is gone.
+    #[test]
+    fn a_write_waits_for_a_held_lock_no_longer_than_the_lock_timeout() {
+        let Some(db) =
+            testdb::fresh("a_write_waits_for_a_held_lock_no_longer_than_the_lock_timeout")
+        else {
+            return;
+        };
+        let store = super::super::Store::from_backend(
+            PgStore::open(&db.url, StoreOptions::default()).unwrap(),
+        );
+        let id = store.create_session(None, "sys".into()).unwrap().id;
+        let mut admin = Client::connect(&db.url, postgres::NoTls).unwrap();
+        let mut lock = admin.transaction().unwrap();
+        lock.batch_execute("LOCK TABLE session_events IN ACCESS EXCLUSIVE MODE")
+            .unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let outcome = store.append(
+                id,
+                &crate::session::events::Payload::UserMessage(
+                    crate::session::events::UserMessage { text: "hi".into() },
+                ),
+            );
+            let _ = done.send(outcome.is_err());
+            store
+        });
+        // Generous: the lock timeout plus slack for a loaded machine.
+        let failed = finished
+            .recv_timeout(WRITE_LOCK_TIMEOUT * 3)
+            .expect("the write returned while the table stayed locked");
+        assert!(failed, "the write succeeded under an exclusive lock");
+        lock.rollback().unwrap();
+        let store = writer.join().unwrap();
+        assert_eq!(store.last_seq(id).unwrap(), 1);
+    }
+
     /// A read past the statement timeout is cancelled by PostgreSQL and answered as
     /// [`StoreError::ReadTimeout`] (503 in the API), its connection free again.
     #[test]
