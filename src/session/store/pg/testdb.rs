@@ -25,7 +25,11 @@ pub fn fresh(test: &str) -> Option<TestDb> {
             "{test}: {URL_VAR} is not set, and under CI the PostgreSQL tests must run \
              (.ci/postgres-up starts a server and prints its URL)"
         );
-        eprintln!("SKIPPED {test}: no PostgreSQL ({URL_VAR} unset; run .ci/postgres-up)");
+        // Straight to the process's stderr: libtest captures `eprintln!` and shows a
+        // passing test's output only with `--nocapture`, so the skip would be invisible.
+        let line =
+            format!("\nSKIPPED {test}: no PostgreSQL ({URL_VAR} unset; run .ci/postgres-up)\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         return None;
     };
     match create(&admin_url) {
