@@ -11,6 +11,7 @@
 //!
 //! **Architecture invariant:** this is the only module that issues SQL.
 
+mod copy;
 mod lane;
 pub mod ledger;
 pub mod list;

@@ -6,12 +6,9 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::read::{events_after, shaping_events};
-use super::{Result, SessionRow, SqliteWriter, StoreError};
-use crate::session::events::{
-    Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy, UserMessage,
-};
-use crate::session::projection::{check_edit, fork_point};
+use super::{Result, SessionRow, SqliteWriter};
+use crate::session::events::{CacheEffect, Event, Payload, Rewind, SessionId, UserMessage};
+use crate::session::projection::check_edit;
 
 /// Appended to a source's title to name its fork.
 pub const FORK_TITLE_SUFFIX: &str = " (fork)";
@@ -45,13 +42,8 @@ impl SqliteWriter<'_> {
         )
     }
 
-    /// Forks `source` through `through` (or the default point, see
-    /// [`fork_point`]) into a new session: `session_started` with the same system prompt,
-    /// `forked_from` and the title `<title> (fork)`, then copies of events 2…S with the
-    /// same seqs, kinds, payload bytes and `created_at`. `active` is the source's running
-    /// attempt, if any. When the copies rename or archive the session, one more event
-    /// after them says the fork's own title (or unarchives it), so the cache row stays
-    /// what the log says.
+    /// Forks `source` into a new session (see [`super::copy::fork`], shared with the
+    /// PostgreSQL store).
     pub fn fork(
         &mut self,
         source: SessionId,
@@ -59,69 +51,7 @@ impl SqliteWriter<'_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        let row = self.session(source)?;
-        // What the log held when the caller saw which attempt was active: a later
-        // attempt's events come after it and are never part of the fork.
-        let mut events = events_after(self.conn(), source, 0, None)?;
-        events.retain(|e| e.seq <= upto);
-        let through = fork_point(&events, through, active)?;
-        let Some(Decoded::Known(Payload::SessionStarted(started))) =
-            events.first().map(Event::decode)
-        else {
-            return Err(StoreError::Corrupt(format!(
-                "session {source} does not begin with session_started"
-            )));
-        };
-        let id = SessionId::generate();
-        let now = self.clock().now_string();
-        let title = row.title.map(|t| format!("{t}{FORK_TITLE_SUFFIX}"));
-        self.conn()
-            .prepare_cached(
-                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
-                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
-            )?
-            .execute(params![id.to_string(), title, started.system, now])?;
-        let head = Payload::SessionStarted(SessionStarted {
-            title: title.clone(),
-            system: started.system,
-            forked_from: Some(ForkedFrom {
-                session_id: source.to_string(),
-                seq: through,
-            }),
-            imported_from: None,
-        });
-        self.insert_event(id, head.kind(), &head.to_json(), &now)?;
-        let (mut renamed, mut archived) = (false, false);
-        for e in events.iter().skip(1).take_while(|e| e.seq <= through) {
-            let copy = self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if copy.seq != e.seq {
-                return Err(StoreError::Corrupt(format!(
-                    "session {source} has a gap before seq {}",
-                    e.seq
-                )));
-            }
-            match e.decode() {
-                Decoded::Known(Payload::SessionTitled(_)) => renamed = true,
-                Decoded::Known(Payload::SessionArchived(a)) => archived = a.archived,
-                _ => {}
-            }
-        }
-        if let (true, Some(t)) = (renamed, title) {
-            self.append(
-                id,
-                &Payload::SessionTitled(SessionTitled {
-                    title: t,
-                    by: TitledBy::Auto,
-                }),
-            )?;
-        }
-        if archived {
-            self.append(
-                id,
-                &Payload::SessionArchived(SessionArchived { archived: false }),
-            )?;
-        }
-        self.session(id)
+        super::copy::fork(self, source, through, active, upto)
     }
 
     /// The session's event at `seq`, if there is one. A seq past what the database can
@@ -145,5 +75,44 @@ impl SqliteWriter<'_> {
                 })
             })
             .optional()?)
+    }
+}
+
+impl super::copy::Rows for SqliteWriter<'_> {
+    fn now(&self) -> String {
+        self.clock().now_string()
+    }
+    fn hold(&mut self, id: SessionId) -> Result<()> {
+        self.require_session(id)
+    }
+    fn log(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        events_after(self.conn(), id, 0, None)
+    }
+    fn insert_session_row(
+        &mut self,
+        id: SessionId,
+        title: Option<&str>,
+        system: &str,
+        now: &str,
+    ) -> Result<()> {
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
+            )?
+            .execute(params![id.to_string(), title, system, now])?;
+        Ok(())
+    }
+    fn insert_event_row(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event> {
+        self.insert_event(id, kind, payload, created_at)
+    }
+    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
+        self.apply_cache_effect(id, effect, at)
     }
 }

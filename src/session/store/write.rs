@@ -218,27 +218,10 @@ impl<'a> SqliteWriter<'a> {
         super::read::events_after(self.conn, id, 0, None)
     }
 
-    /// Appends events an import made (SPEC §15) with their own timestamps: they must
-    /// continue the session's seqs exactly. `session_started` is refused.
+    /// Appends events an import made (see [`super::copy::extend_imported`], shared with
+    /// the PostgreSQL store).
     pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        self.require_session(id)?;
-        let last = self.last_seq(id)?;
-        if last == 0 {
-            return Err(StoreError::SessionNotFound(id));
-        }
-        for (i, e) in events.iter().enumerate() {
-            if e.seq != last + i as u64 + 1 || e.kind == kind::SESSION_STARTED {
-                return Err(StoreError::Corrupt(format!(
-                    "session {id}: an imported {} at seq {} does not continue the log",
-                    e.kind, e.seq
-                )));
-            }
-            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if let Decoded::Known(p) = e.decode() {
-                self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
-            }
-        }
-        Ok(())
+        super::copy::extend_imported(self, id, events)
     }
 
     /// Refuses a missing or deleted session.

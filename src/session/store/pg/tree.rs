@@ -3,13 +3,9 @@
 
 use super::rows::{EVENT_COLUMNS, event_row, to_i64};
 use super::write::PgWriter;
-use crate::session::events::{
-    Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy, UserMessage, kind,
-};
-use crate::session::projection::{check_edit, fork_point};
-use crate::session::store::tree::FORK_TITLE_SUFFIX;
-use crate::session::store::{Result, SessionRow, StoreError};
+use crate::session::events::{Event, Payload, Rewind, SessionId, UserMessage, kind};
+use crate::session::projection::check_edit;
+use crate::session::store::{Result, SessionRow};
 
 impl PgWriter<'_, '_> {
     /// See the SQLite store's `edit`: the rewind and the new message together, under the
@@ -37,7 +33,7 @@ impl PgWriter<'_, '_> {
         )
     }
 
-    /// See the SQLite store's `fork`: a new session whose events 2…S are byte copies.
+    /// Forks `source` into a new session (see [`crate::session::store::copy::fork`]).
     pub(super) fn fork(
         &mut self,
         source: SessionId,
@@ -45,63 +41,7 @@ impl PgWriter<'_, '_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        let row = self.session(source)?;
-        let mut events = self.events_after(source, 0, None)?;
-        events.retain(|e| e.seq <= upto);
-        let through = fork_point(&events, through, active)?;
-        let Some(Decoded::Known(Payload::SessionStarted(started))) =
-            events.first().map(Event::decode)
-        else {
-            return Err(StoreError::Corrupt(format!(
-                "session {source} does not begin with session_started"
-            )));
-        };
-        let id = SessionId::generate();
-        let now = self.clock().now_string();
-        let title = row.title.map(|t| format!("{t}{FORK_TITLE_SUFFIX}"));
-        self.insert_session(id, title.as_deref(), &started.system, &now)?;
-        let head = Payload::SessionStarted(SessionStarted {
-            title: title.clone(),
-            system: started.system,
-            forked_from: Some(ForkedFrom {
-                session_id: source.to_string(),
-                seq: through,
-            }),
-            imported_from: None,
-        });
-        self.insert_event(id, head.kind(), &head.to_json(), &now)?;
-        let (mut renamed, mut archived) = (false, false);
-        for e in events.iter().skip(1).take_while(|e| e.seq <= through) {
-            let copy = self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if copy.seq != e.seq {
-                return Err(StoreError::Corrupt(format!(
-                    "session {source} has a gap before seq {}",
-                    e.seq
-                )));
-            }
-            match e.decode() {
-                Decoded::Known(Payload::SessionTitled(_)) => renamed = true,
-                Decoded::Known(Payload::SessionArchived(a)) => archived = a.archived,
-                _ => {}
-            }
-        }
-        if let (true, Some(t)) = (renamed, title) {
-            self.append(
-                id,
-                &Payload::SessionTitled(SessionTitled {
-                    title: t,
-                    by: TitledBy::Auto,
-                }),
-            )?;
-        }
-        if archived {
-            // The copies apply no cache effects: the row is unarchived, the log is not.
-            self.append(
-                id,
-                &Payload::SessionArchived(SessionArchived { archived: false }),
-            )?;
-        }
-        self.session(id)
+        crate::session::store::copy::fork(self, source, through, active, upto)
     }
 
     fn event_at(&mut self, id: SessionId, seq: u64) -> Result<Option<Event>> {

@@ -28,7 +28,7 @@ use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64
 use crate::clock::Clock;
 use crate::session::events::{
     CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy, kind,
+    SessionTitled, TitledBy,
 };
 use crate::session::store::ledger::LedgerEntry;
 use crate::session::store::seam::WriteTxn;
@@ -237,24 +237,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
     }
 
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        self.lock_session(id)?;
-        let last = self.last_seq(id)?;
-        if last == 0 {
-            return Err(StoreError::SessionNotFound(id));
-        }
-        for (i, e) in events.iter().enumerate() {
-            if e.seq != last + i as u64 + 1 || e.kind == kind::SESSION_STARTED {
-                return Err(StoreError::Corrupt(format!(
-                    "session {id}: an imported {} at seq {} does not continue the log",
-                    e.kind, e.seq
-                )));
-            }
-            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if let Decoded::Known(p) = e.decode() {
-                self.apply_cache_effect(id, &p.cache_effect(), &e.created_at)?;
-            }
-        }
-        Ok(())
+        crate::session::store::copy::extend_imported(self, id, events)
     }
 
     /// Deletes the session's events and cache row at once: PostgreSQL has no single
@@ -487,5 +470,38 @@ impl WriteTxn for PgWriter<'_, '_> {
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         PgWriter::record_call(self, e)
+    }
+}
+
+impl crate::session::store::copy::Rows for PgWriter<'_, '_> {
+    fn now(&self) -> String {
+        self.clock().now_string()
+    }
+    fn hold(&mut self, id: SessionId) -> Result<()> {
+        self.lock_session(id)
+    }
+    fn log(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        self.events_after(id, 0, None)
+    }
+    fn insert_session_row(
+        &mut self,
+        id: SessionId,
+        title: Option<&str>,
+        system: &str,
+        now: &str,
+    ) -> Result<()> {
+        self.insert_session(id, title, system, now)
+    }
+    fn insert_event_row(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event> {
+        self.insert_event(id, kind, payload, created_at)
+    }
+    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
+        self.apply_cache_effect(id, effect, at).map(|_| ())
     }
 }

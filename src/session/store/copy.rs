@@ -1,0 +1,134 @@
+//! The two writes that copy events in, written once for both stores: a fork (SPEC §14)
+//! and an import that extends a session (SPEC §15). Their rules — which events, in what
+//! order, which checks, which cache effects — are the same on SQLite and PostgreSQL; only
+//! the few row operations differ, and each store supplies those ([`Rows`]).
+
+use super::seam::WriteTxn;
+use super::tree::FORK_TITLE_SUFFIX;
+use super::{Result, SessionRow, StoreError};
+use crate::session::events::{
+    CacheEffect, Decoded, Event, ForkedFrom, Payload, SessionArchived, SessionId, SessionStarted,
+    SessionTitled, TitledBy, kind,
+};
+use crate::session::projection::fork_point;
+
+/// The row operations a store gives the shared writes, inside its write transaction.
+pub(super) trait Rows: WriteTxn {
+    /// The current time in the stored format.
+    fn now(&self) -> String;
+    /// Refuses a missing (or deleted) session; PostgreSQL also locks its row, so nothing
+    /// else appends to it until the transaction ends.
+    fn hold(&mut self, id: SessionId) -> Result<()>;
+    /// The session's whole log as of this transaction.
+    fn log(&mut self, id: SessionId) -> Result<Vec<Event>>;
+    /// Inserts a new session's cache row (its `session_started` follows).
+    fn insert_session_row(
+        &mut self,
+        id: SessionId,
+        title: Option<&str>,
+        system: &str,
+        now: &str,
+    ) -> Result<()>;
+    /// Inserts one event with the session's next seq, its payload bytes as given; no
+    /// cache effect.
+    fn insert_event_row(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event>;
+    /// Applies an event's effect on the cache row.
+    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()>;
+}
+
+/// Forks `source` through `through` (or the default point, see [`fork_point`]) into a new
+/// session: `session_started` with the same system prompt, `forked_from` and the title
+/// `<title> (fork)`, then copies of events 2…S with the same seqs, kinds, payload bytes and
+/// `created_at`. `active` is the source's running attempt, if any; `upto` is the newest seq
+/// the caller saw (a later attempt's events are never part of the fork). When the copies
+/// rename or archive the session, one more event after them says the fork's own title (or
+/// unarchives it), so the cache row stays what the log says.
+pub(super) fn fork(
+    w: &mut impl Rows,
+    source: SessionId,
+    through: Option<u64>,
+    active: Option<(u64, u32)>,
+    upto: u64,
+) -> Result<SessionRow> {
+    let row = w.session(source)?;
+    let mut events = w.log(source)?;
+    events.retain(|e| e.seq <= upto);
+    let through = fork_point(&events, through, active)?;
+    let Some(Decoded::Known(Payload::SessionStarted(started))) = events.first().map(Event::decode)
+    else {
+        return Err(StoreError::Corrupt(format!(
+            "session {source} does not begin with session_started"
+        )));
+    };
+    let id = SessionId::generate();
+    let now = w.now();
+    let title = row.title.map(|t| format!("{t}{FORK_TITLE_SUFFIX}"));
+    w.insert_session_row(id, title.as_deref(), &started.system, &now)?;
+    let head = Payload::SessionStarted(SessionStarted {
+        title: title.clone(),
+        system: started.system,
+        forked_from: Some(ForkedFrom {
+            session_id: source.to_string(),
+            seq: through,
+        }),
+        imported_from: None,
+    });
+    w.insert_event_row(id, head.kind(), &head.to_json(), &now)?;
+    let (mut renamed, mut archived) = (false, false);
+    for e in events.iter().skip(1).take_while(|e| e.seq <= through) {
+        let copy = w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        if copy.seq != e.seq {
+            return Err(StoreError::Corrupt(format!(
+                "session {source} has a gap before seq {}",
+                e.seq
+            )));
+        }
+        match e.decode() {
+            Decoded::Known(Payload::SessionTitled(_)) => renamed = true,
+            Decoded::Known(Payload::SessionArchived(a)) => archived = a.archived,
+            _ => {}
+        }
+    }
+    if let (true, Some(t)) = (renamed, title) {
+        let titled = SessionTitled {
+            title: t,
+            by: TitledBy::Auto,
+        };
+        w.append(id, &Payload::SessionTitled(titled))?;
+    }
+    if archived {
+        // The copies apply no cache effects: the row is unarchived, the log is not.
+        let unarchived = SessionArchived { archived: false };
+        w.append(id, &Payload::SessionArchived(unarchived))?;
+    }
+    w.session(id)
+}
+
+/// Appends events an import made (SPEC §15) with their own timestamps: they must continue
+/// the session's seqs exactly; `session_started` is refused.
+pub(super) fn extend_imported(w: &mut impl Rows, id: SessionId, events: &[Event]) -> Result<()> {
+    w.hold(id)?;
+    let last = w.last_seq(id)?;
+    if last == 0 {
+        return Err(StoreError::SessionNotFound(id));
+    }
+    for (i, e) in events.iter().enumerate() {
+        if e.seq != last + i as u64 + 1 || e.kind == kind::SESSION_STARTED {
+            return Err(StoreError::Corrupt(format!(
+                "session {id}: an imported {} at seq {} does not continue the log",
+                e.kind, e.seq
+            )));
+        }
+        w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        if let Decoded::Known(p) = e.decode() {
+            w.apply_effect(id, &p.cache_effect(), &e.created_at)?;
+        }
+    }
+    Ok(())
+}
