@@ -161,6 +161,29 @@ fn until_text(sub: &mut Subscription) -> Vec<Frame> {
     }
 }
 
+/// A slow answer of `text` (one chunk every `delay_ms`) started on server A in a new
+/// session, read until its first text: the session, A's stream and the frames so far.
+fn slow_turn_on_a(
+    t: &Team,
+    mock: &MockLlm,
+    text: &str,
+    delay_ms: u64,
+) -> (SessionId, Subscription, Vec<Frame>) {
+    let id = session(t);
+    mock.script(json!({"kind": "stream", "text": text, "delay_ms": delay_ms}));
+    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
+    let seen = until_text(&mut on_a);
+    (id, on_a, seen)
+}
+
+/// `w0 w1 … w{n-1}`: an answer long enough to be cut while it streams.
+fn numbered_words(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn text(frames: &[Frame]) -> String {
     frames
         .iter()
@@ -302,11 +325,8 @@ fn an_attempt_whose_lock_connection_dies_takes_the_lock_again_and_goes_on() {
     let Some(t) = team("an_attempt_whose_lock_connection_dies", &mock) else {
         return;
     };
-    let id = session(&t);
     let words = "a b c d e f g h i j k l m n";
-    mock.script(json!({"kind": "stream", "text": words, "delay_ms": 150}));
-    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
-    let mut seen = until_text(&mut on_a);
+    let (id, on_a, mut seen) = slow_turn_on_a(&t, &mock, words, 150);
     let mut admin = admin(&t);
     let pid = holder(&mut admin, id).expect("A holds the session");
     terminate(&mut admin, pid);
@@ -325,11 +345,8 @@ fn an_attempt_whose_lock_another_server_took_meanwhile_ends_keeping_what_it_save
     let Some(t) = team("an_attempt_whose_lock_another_took", &mock) else {
         return;
     };
-    let id = session(&t);
-    let words: Vec<String> = (0..60).map(|i| format!("w{i}")).collect();
-    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
-    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
-    let mut seen = until_text(&mut on_a);
+    let words = numbered_words(60);
+    let (id, on_a, mut seen) = slow_turn_on_a(&t, &mock, &words, 100);
     let Frame::Turn { turn, .. } = seen[0] else {
         panic!("{seen:?}")
     };
@@ -356,10 +373,7 @@ fn an_attempt_whose_lock_another_server_took_meanwhile_ends_keeping_what_it_save
     let (status, seq) = end(&seen);
     assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
     assert_eq!(seq, None, "it wrote nothing once the session was another's");
-    assert!(
-        text(&seen).len() < words.join(" ").len(),
-        "it went on to the end"
-    );
+    assert!(text(&seen).len() < words.len(), "it went on to the end");
     assert!(seen.iter().any(|f| matches!(
         f,
         Frame::Error { message, .. } if message.contains("another server")
@@ -398,11 +412,8 @@ fn an_attempt_whose_lock_was_free_again_after_another_servers_turn_writes_nothin
     let Some(t) = team("an_attempt_whose_lock_was_free_again", &mock) else {
         return;
     };
-    let id = session(&t);
-    let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
-    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
-    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
-    let mut seen = until_text(&mut on_a);
+    let words = numbered_words(100);
+    let (id, on_a, mut seen) = slow_turn_on_a(&t, &mock, &words, 100);
     let Frame::Turn { turn, .. } = seen[0] else {
         panic!("{seen:?}")
     };
@@ -431,7 +442,7 @@ fn an_attempt_whose_lock_was_free_again_after_another_servers_turn_writes_nothin
     let (status, seq) = end(&seen);
     assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
     assert_eq!(seq, None, "it wrote nothing once the session was another's");
-    assert!(text(&seen).len() < words.join(" ").len(), "it went on");
+    assert!(text(&seen).len() < words.len(), "it went on");
     // The log: A's message and earlier checkpoints, then B's turn, and nothing of A after.
     let log = t.store.events(id, 0, None).unwrap();
     let b_message = log
@@ -457,11 +468,8 @@ fn a_stop_sent_while_the_running_servers_listener_reconnects_still_stops_the_att
     let Some(t) = team("a_stop_sent_while_the_listener_reconnects", &mock) else {
         return;
     };
-    let id = session(&t);
-    let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
-    mock.script(json!({"kind": "stream", "text": words.join(" "), "delay_ms": 100}));
-    let mut on_a = t.a.send(id, "talk slowly", None).unwrap();
-    let mut seen = until_text(&mut on_a);
+    let words = numbered_words(100);
+    let (id, on_a, mut seen) = slow_turn_on_a(&t, &mock, &words, 100);
     let listener = t.coord_a.listener_pid().expect("A listens");
     let mut admin = admin(&t);
     // A's listener is cut off and cannot reconnect while the stop is sent: it misses it.

@@ -238,14 +238,11 @@ fn a_server_killed_mid_turn_leaves_the_session_usable_from_the_other_with_the_pa
     a.child.kill().unwrap(); // SIGKILL
     a.child.wait().unwrap();
     let _ = on_a.join();
-    let until = Instant::now() + DEAD_CLAIM_RELEASE;
-    while turn_active(&b, &id) {
-        assert!(
-            Instant::now() < until,
-            "the dead server's claim outlived it"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    crate::support::wait_for(
+        "the dead server's claim is gone",
+        DEAD_CLAIM_RELEASE,
+        || !turn_active(&b, &id),
+    );
     // The partial from the last checkpoint is in the transcript, as interrupted.
     let (_, transcript) = call(&b, "GET", &format!("/v1/sessions/{id}"), None);
     let partial = &transcript["items"][1];
