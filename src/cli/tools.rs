@@ -10,13 +10,18 @@ use std::time::{Duration, Instant};
 use super::{CliError, ToolsArgs, ToolsCommand, db_path, open_read_only};
 use crate::session::SyncMode;
 use crate::session::store::OlderSchema;
+use crate::tools::mcp::LinkOptions;
 use crate::tools::{Health, ServerState, ToolStatus, Tools, ToolsSetup, config};
 
 impl ToolsArgs {
     /// Starts the tools these flags give (servers up, or failed, within their bound);
-    /// `store` is what `search_history` searches.
-    pub fn start(&self, store: Option<Arc<crate::session::Store>>) -> Result<Tools, CliError> {
-        self.start_with(store, None)
+    /// `store` is what `search_history` searches, `links` what every server runs with.
+    pub fn start(
+        &self,
+        store: Option<Arc<crate::session::Store>>,
+        links: LinkOptions,
+    ) -> Result<Tools, CliError> {
+        self.start_with(store, None, links)
     }
 
     /// As [`Self::start`], the server at `url` (`--mcp-url`) standing for a configuration.
@@ -24,6 +29,7 @@ impl ToolsArgs {
         &self,
         store: Option<Arc<crate::session::Store>>,
         url: Option<&str>,
+        links: LinkOptions,
     ) -> Result<Tools, CliError> {
         let mode: crate::tools::Mode = self.mode.into();
         let config = match (&self.mcp_config, url) {
@@ -41,6 +47,7 @@ impl ToolsArgs {
             tool_timeout: Duration::from_secs(self.tool_timeout),
             store,
             start_wait: crate::tools::registry::START_WAIT,
+            links,
         })
         .map_err(|e| CliError::Tools(format!("cannot start the tools: {e}")))
     }
@@ -63,7 +70,7 @@ pub fn run(
         .map_err(|e| log::info!("search_history will not work here: {e}"))
         .ok()
         .map(Arc::new);
-    let tools = args.start_with(store, url)?;
+    let tools = args.start_with(store, url, LinkOptions::default())?;
     match cmd {
         ToolsCommand::List { json, .. } => list(&tools, json, out),
         ToolsCommand::Call {
