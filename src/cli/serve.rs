@@ -2,7 +2,7 @@
 //! a shutdown on SIGTERM or Ctrl-C that ends every attempt within 10 s.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,39 +20,8 @@ const ATTEMPTS_DEADLINE: Duration = SHUTDOWN_DEADLINE.saturating_sub(Duration::f
 const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
 use crate::session::SyncMode;
-use crate::session::store::DbTarget;
 use crate::tools::ToolLimits;
 use crate::tools::mcp::LinkOptions;
-use crate::tools::mcp::groups::Groups;
-
-/// Where the process groups of this server's stdio MCP servers are recorded: beside a
-/// SQLite database (named after it, as its lock is), in the data directory for PostgreSQL.
-fn groups_dir(db: &Path) -> Option<PathBuf> {
-    match DbTarget::of(db) {
-        DbTarget::Sqlite(path) => {
-            let mut name = path.as_os_str().to_owned();
-            name.push(".mcp-groups");
-            Some(PathBuf::from(name))
-        }
-        DbTarget::Postgres(_) => crate::config::default_db_path()?
-            .parent()
-            .map(|d| d.join("mcp-groups")),
-        DbTarget::KeyValue | DbTarget::BadUrl => None,
-    }
-}
-
-/// This server's record of its MCP servers' process groups, after the groups a killed
-/// brain left running were ended (SPEC §12: they end with the server). Without one, the
-/// servers still run (brain kills their groups when it closes them); only a SIGKILL of
-/// brain would leave their children behind.
-fn server_groups(db: &Path) -> Option<Arc<Groups>> {
-    let groups = Groups::open(&groups_dir(db)?)?;
-    let killed = groups.reap_left_behind();
-    if killed > 0 {
-        log::warn!("ended {killed} MCP server process groups a killed brain left running");
-    }
-    Some(Arc::new(groups))
-}
 
 fn validate(args: &ServeArgs) -> Result<(), CliError> {
     if !args.listen.ip().is_loopback()
@@ -107,7 +76,7 @@ pub fn run(
     };
     // Servers start in parallel, each within its bound; a name collision stops startup.
     let links = LinkOptions {
-        groups: server_groups(&db),
+        groups: super::tools::server_groups(&db),
         ..LinkOptions::for_results(settings.tool_limits.max_tool_result_bytes)
     };
     let tools = Arc::new(args.tools.start(Some(Arc::clone(&store)), links)?);

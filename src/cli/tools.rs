@@ -2,15 +2,17 @@
 //! starts them, for checking it from the terminal.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::{CliError, ToolsArgs, ToolsCommand, db_path, open_read_only};
 use crate::session::SyncMode;
+use crate::session::store::DbTarget;
 use crate::session::store::OlderSchema;
 use crate::tools::mcp::LinkOptions;
+use crate::tools::mcp::groups::Groups;
 use crate::tools::{Health, ServerState, ToolStatus, Tools, ToolsSetup, config};
 
 impl ToolsArgs {
@@ -51,6 +53,36 @@ impl ToolsArgs {
         })
         .map_err(|e| CliError::Tools(format!("cannot start the tools: {e}")))
     }
+}
+
+/// Where the process groups of the stdio MCP servers of a brain on `db` are recorded: beside a
+/// SQLite database (named after it, as its lock is), in the data directory for PostgreSQL.
+fn groups_dir(db: &Path) -> Option<PathBuf> {
+    match DbTarget::of(db) {
+        DbTarget::Sqlite(path) => {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".mcp-groups");
+            Some(PathBuf::from(name))
+        }
+        DbTarget::Postgres(_) => crate::config::default_db_path()?
+            .parent()
+            .map(|d| d.join("mcp-groups")),
+        DbTarget::KeyValue | DbTarget::BadUrl => None,
+    }
+}
+
+/// The record of this process's MCP servers' process groups (`serve`, or a `chat` that
+/// runs its own engine), after the groups a killed
+/// brain left running were ended (SPEC §12: they end with the server). Without one, the
+/// servers still run (brain kills their groups when it closes them); only a SIGKILL of
+/// brain would leave their children behind.
+pub(super) fn server_groups(db: &Path) -> Option<Arc<Groups>> {
+    let groups = Groups::open(&groups_dir(db)?)?;
+    let killed = groups.reap_left_behind();
+    if killed > 0 {
+        log::warn!("ended {killed} MCP server process groups a killed brain left running");
+    }
+    Some(Arc::new(groups))
 }
 
 pub fn run(

@@ -12,14 +12,17 @@
 //! brain is gone, then removes the file. A process that leaves its group (`setsid`, a
 //! daemon) is out of reach, as it is of any kill brain could send.
 //!
-//! A record names a group by its id *and* its leader's start time (`/proc/PID/stat`), and
-//! a file names its brain the same way and the boot it ran in, so a reused pid is never
-//! taken for the one recorded: a group is killed only if its leader is the recorded one, or
-//! gone with every member started after it (a pid that is any group's id is not given to a
-//! new process, so a group whose leader is gone is the original). Files are written whole
-//! (a temporary file renamed over the old one); a SIGKILL leaves the page cache to the
-//! next start, so they need no fsync. Linux only (it reads /proc); elsewhere nothing is
-//! recorded.
+//! A record names a group by its id, its leader's start time (`/proc/PID/stat`) and the
+//! last time brain heard from the server (every answer, at most once a second), all in
+//! clock ticks since boot; a file names its brain by pid and start time, and the boot it
+//! ran in. A reused pid is never taken for the one recorded: a group is killed only if its
+//! leader is the recorded process, or is gone and the group still holds a process started
+//! between the leader's start and the last answer. While brain lives the leader's pid
+//! cannot be given again (brain has not reaped it), so a group that reuses it was made
+//! after brain died, of processes all started after that: after the last answer. Files are
+//! written whole (a temporary file renamed over the old one); a SIGKILL leaves the page
+//! cache to the next start, so they need no fsync. Linux only (it reads /proc); elsewhere
+//! nothing is recorded.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -30,6 +33,25 @@ use parking_lot::Mutex;
 /// The most of a record file read: a few hundred servers' lines.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
+/// How stale a group's last answer may get before an answer rewrites the file (in seconds,
+/// as clock ticks are counted from `/proc/uptime`).
+const SEEN_EVERY_S: f64 = 1.0;
+
+/// One recorded group: its leader's start, and the last answer heard (clock ticks since
+/// boot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Record {
+    start: u64,
+    seen: u64,
+}
+
+/// A running group's record, and whether the server has answered yet.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    record: Record,
+    answered: bool,
+}
+
 /// This brain's record of its running server groups.
 #[derive(Debug)]
 pub struct Groups {
@@ -37,8 +59,10 @@ pub struct Groups {
     /// `<pid>-<start time>` of this brain.
     name: String,
     boot: String,
-    /// Group id → its leader's start time.
-    live: Mutex<BTreeMap<u32, u64>>,
+    /// Group id → its record.
+    live: Mutex<BTreeMap<u32, Live>>,
+    /// Clock ticks per second, for the time of an answer.
+    ticks_per_s: f64,
 }
 
 /// A process as `/proc/PID/stat` shows it.
@@ -56,7 +80,9 @@ impl Groups {
     /// stdio servers leaves nothing). `None` where processes cannot be told apart (no
     /// /proc): nothing is recorded there.
     pub fn open(dir: &Path) -> Option<Groups> {
-        let (Some(me), Some(boot)) = (proc_stat(std::process::id()), boot_id()) else {
+        let (Some(me), Some(boot), Some(ticks_per_s)) =
+            (proc_stat(std::process::id()), boot_id(), ticks_per_s())
+        else {
             return None;
         };
         Some(Groups {
@@ -64,16 +90,51 @@ impl Groups {
             name: format!("{}-{}", me.pid, me.start),
             boot,
             live: Mutex::new(BTreeMap::new()),
+            ticks_per_s,
         })
+    }
+
+    /// Now, in clock ticks since boot.
+    fn now(&self) -> Option<u64> {
+        let up = std::fs::read_to_string("/proc/uptime").ok()?;
+        let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+        // Rounded up: a process started in this tick counts as started before now.
+        Some((secs * self.ticks_per_s).ceil() as u64)
     }
 
     /// Records the group `pgid` (a server just spawned as its leader).
     pub fn record(&self, pgid: u32) {
-        let Some(leader) = proc_stat(pgid) else {
+        let (Some(leader), Some(now)) = (proc_stat(pgid), self.now()) else {
             return;
         };
         let mut live = self.live.lock();
-        live.insert(pgid, leader.start);
+        let record = Record {
+            start: leader.start,
+            seen: now,
+        };
+        live.insert(
+            pgid,
+            Live {
+                record,
+                answered: false,
+            },
+        );
+        self.write(&live);
+    }
+
+    /// The server leading `pgid` answered: what its group holds now was started before
+    /// brain died, should it die (written at its first answer, `npx` having started
+    /// `node` by then, and after that at most every [`SEEN_EVERY_S`]).
+    pub fn heard(&self, pgid: u32) {
+        let Some(now) = self.now() else { return };
+        let mut live = self.live.lock();
+        let Some(l) = live.get_mut(&pgid) else { return };
+        let fresh = (now.saturating_sub(l.record.seen) as f64) < SEEN_EVERY_S * self.ticks_per_s;
+        if l.answered && fresh {
+            return;
+        }
+        l.answered = true;
+        l.record.seen = now;
         self.write(&live);
     }
 
@@ -85,7 +146,7 @@ impl Groups {
         }
     }
 
-    fn write(&self, live: &BTreeMap<u32, u64>) {
+    fn write(&self, live: &BTreeMap<u32, Live>) {
         let path = self.dir.join(&self.name);
         let result = if live.is_empty() {
             match std::fs::remove_file(&path) {
@@ -94,8 +155,8 @@ impl Groups {
             }
         } else {
             let mut text = format!("{}\n", self.boot);
-            for (pgid, start) in live {
-                text.push_str(&format!("{pgid} {start}\n"));
+            for (pgid, l) in live {
+                text.push_str(&format!("{pgid} {} {}\n", l.record.start, l.record.seen));
             }
             let tmp = self.dir.join(format!("{}.tmp", self.name));
             std::fs::create_dir_all(&self.dir)
@@ -153,15 +214,15 @@ impl Groups {
         let mut killed = 0;
         for line in lines {
             let mut parts = line.split(' ').map(str::parse::<u64>);
-            let (Some(Ok(pgid)), Some(Ok(start)), None) =
-                (parts.next(), parts.next(), parts.next())
+            let (Some(Ok(pgid)), Some(Ok(start)), Some(Ok(seen)), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
             else {
                 continue;
             };
             let Ok(pgid) = u32::try_from(pgid) else {
                 continue;
             };
-            if still_ours(&procs, pgid, start) && kill_group(pgid) {
+            if still_ours(&procs, pgid, Record { start, seen }) && kill_group(pgid) {
                 log::info!(
                     "killed the processes of an MCP server a previous brain left running \
                      (group {pgid})"
@@ -173,17 +234,18 @@ impl Groups {
     }
 }
 
-/// Whether the recorded group `pgid`, whose leader started at `start`, is the one running
-/// now: its leader is that process, or gone with every member started after it.
-fn still_ours(procs: &[Proc], pgid: u32, start: u64) -> bool {
+/// Whether the recorded group `pgid` is the one running now: its leader is the recorded
+/// process, or is gone and every member started after it, one of them before the last
+/// answer (see the module's notes).
+fn still_ours(procs: &[Proc], pgid: u32, r: Record) -> bool {
     if let Some(leader) = procs.iter().find(|p| p.pid == pgid) {
-        return leader.start == start;
+        return leader.start == r.start;
     }
     let members: Vec<&Proc> = procs
         .iter()
         .filter(|p| p.pgrp == pgid && !p.exited)
         .collect();
-    !members.is_empty() && members.iter().all(|p| p.start >= start)
+    members.iter().all(|p| p.start >= r.start) && members.iter().any(|p| p.start <= r.seen)
 }
 
 /// Whether the brain a file is named after (`<pid>-<start time>`) still runs. A name that
@@ -214,6 +276,13 @@ fn kill_group(pgid: u32) -> bool {
     // SAFETY: kill(2) with a negative pid signals that process group; no memory is
     // touched.
     unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 }
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of start times.
+fn ticks_per_s() -> Option<f64> {
+    // SAFETY: sysconf(3) reads a constant; no memory is touched.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (n > 0).then_some(n as f64)
 }
 
 /// This boot's id: start times count from the boot.
@@ -254,7 +323,7 @@ fn all_procs() -> Vec<Proc> {
         .collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
@@ -287,16 +356,23 @@ mod tests {
 
     #[test]
     fn a_group_is_ours_only_if_its_leader_or_its_members_say_so() {
+        let r = Record {
+            start: 500,
+            seen: 600,
+        };
         // Its leader, the one recorded.
-        assert!(still_ours(&[p(10, 10, 500), p(11, 10, 510)], 10, 500));
+        assert!(still_ours(&[p(10, 10, 500), p(11, 10, 510)], 10, r));
         // Pid 10 is another process now.
-        assert!(!still_ours(&[p(10, 10, 900), p(11, 10, 910)], 10, 500));
-        // The leader is gone; what is left of the group started after it.
-        assert!(still_ours(&[p(11, 10, 510)], 10, 500));
+        assert!(!still_ours(&[p(10, 10, 900), p(11, 10, 910)], 10, r));
+        // The leader is gone; what is left of the group started after it, one before the
+        // last answer (the others may be its own children, started later).
+        assert!(still_ours(&[p(11, 10, 510), p(12, 10, 700)], 10, r));
+        // A group that reused the id after brain died: all of it started after that.
+        assert!(!still_ours(&[p(11, 10, 700), p(12, 10, 710)], 10, r));
         // A member older than the recorded leader: not the recorded group.
-        assert!(!still_ours(&[p(11, 10, 400)], 10, 500));
+        assert!(!still_ours(&[p(11, 10, 400), p(12, 10, 510)], 10, r));
         // Nothing left.
-        assert!(!still_ours(&[p(11, 12, 510)], 10, 500));
+        assert!(!still_ours(&[p(11, 12, 510)], 10, r));
     }
 
     #[test]
@@ -306,5 +382,56 @@ mod tests {
         let me = proc_stat(std::process::id()).unwrap();
         assert!(owner_alive(&format!("{}-{}", me.pid, me.start)));
         assert!(!owner_alive(&format!("{}-{}", me.pid, me.start + 1)));
+    }
+
+    /// A process in a group of its own, as a server runs.
+    fn sleeper() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("100")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn running(child: &mut std::process::Child) -> bool {
+        child.try_wait().unwrap().is_none()
+    }
+
+    #[test]
+    fn a_gone_brains_groups_are_killed_once_and_a_reused_pid_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ours = sleeper();
+        let mut stranger = sleeper();
+        // A brain that is gone (no pid is that large) recorded both; the stranger's start
+        // time is wrong, as if its pid had been given again.
+        let gone = Groups {
+            name: "999999999-1".into(),
+            ..Groups::open(dir.path()).unwrap()
+        };
+        gone.record(ours.id());
+        gone.heard(ours.id());
+        gone.record(stranger.id());
+        gone.live
+            .lock()
+            .get_mut(&stranger.id())
+            .unwrap()
+            .record
+            .start += 1;
+        let live = gone.live.lock().clone();
+        gone.write(&live);
+
+        let me = Groups::open(dir.path()).unwrap();
+        assert_eq!(me.reap_left_behind(), 1);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running(&mut ours) {
+            assert!(std::time::Instant::now() < until, "not killed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(running(&mut stranger), "a reused pid is left alone");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(me.reap_left_behind(), 0);
+        let _ = stranger.kill();
+        let _ = stranger.wait();
     }
 }

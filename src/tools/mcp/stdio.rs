@@ -67,6 +67,8 @@ struct Shared {
     stderr_tail: Mutex<VecDeque<String>>,
     /// What it may send at most, per line, and what that is called in errors.
     limits: LinkOptions,
+    /// Its pid, which is its group's id.
+    pid: u32,
 }
 
 impl Shared {
@@ -231,6 +233,7 @@ impl StdioLink {
             queued: AtomicUsize::new(0),
             stderr_tail: Mutex::new(VecDeque::new()),
             limits: opts.clone(),
+            pid: child.id(),
         });
         let reader = Arc::clone(&shared);
         let logger = Arc::clone(&shared);
@@ -394,6 +397,10 @@ fn read_stdout(shared: &Shared, stdout: impl Read, stderr_done: &mpsc::Receiver<
 fn dispatch(shared: &Shared, m: Incoming) {
     match m {
         Incoming::Response { id, result } => {
+            // What its group holds now is the server's own (see `groups`).
+            if let Some(groups) = &shared.limits.groups {
+                groups.heard(shared.pid);
+            }
             if let Some(w) = shared.pending.lock().remove(&id) {
                 let _ = w.send(result.map_err(McpError::Rpc));
             }
