@@ -158,8 +158,6 @@ pub struct StdioLink {
     shared: Arc<Shared>,
     child: Mutex<Option<Child>>,
     next_id: AtomicU64,
-    /// Where its group is recorded until it is killed.
-    groups: Option<Arc<Groups>>,
 }
 
 impl StdioLink {
@@ -265,7 +263,6 @@ impl StdioLink {
             shared,
             child: Mutex::new(Some(child)),
             next_id: AtomicU64::new(1),
-            groups: opts.groups.clone(),
         })
     }
 
@@ -346,7 +343,7 @@ impl Link for StdioLink {
             }
             std::thread::sleep(CANCEL_POLL);
         }
-        kill_group(&mut child, self.groups.as_deref());
+        kill_group(&mut child, self.shared.limits.groups.as_deref());
     }
 }
 
