@@ -120,7 +120,7 @@ fn overhead(entry: &Path, n: usize) -> Res<()> {
         ..Spawn::default()
     };
     let direct = Server::initialize(
-        Box::new(StdioLink::spawn("e", &how)?),
+        Box::new(StdioLink::spawn("e", &how, &Default::default())?),
         Instant::now() + CALL_DEADLINE,
     )?;
     let never = AtomicBool::new(false);

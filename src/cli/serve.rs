@@ -21,6 +21,7 @@ const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
 use crate::session::SyncMode;
 use crate::tools::ToolLimits;
+use crate::tools::mcp::LinkOptions;
 
 fn validate(args: &ServeArgs) -> Result<(), CliError> {
     if !args.listen.ip().is_loopback()
@@ -74,7 +75,11 @@ pub fn run(
         ..p.engine_settings()
     };
     // Servers start in parallel, each within its bound; a name collision stops startup.
-    let tools = Arc::new(args.tools.start(Some(Arc::clone(&store)))?);
+    let links = LinkOptions {
+        groups: super::tools::server_groups(&db),
+        ..LinkOptions::for_results(settings.tool_limits.max_tool_result_bytes)
+    };
+    let tools = Arc::new(args.tools.start(Some(Arc::clone(&store)), links)?);
     // On PostgreSQL, other servers may share the database: claims (I7), `/stop` and
     // permission answers travel through it (SPEC §16), and a listener thread starts here.
     let engine = Engine::coordinated(

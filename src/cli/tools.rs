@@ -2,21 +2,28 @@
 //! starts them, for checking it from the terminal.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::{CliError, ToolsArgs, ToolsCommand, db_path, open_read_only};
 use crate::session::SyncMode;
+use crate::session::store::DbTarget;
 use crate::session::store::OlderSchema;
+use crate::tools::mcp::LinkOptions;
+use crate::tools::mcp::groups::Groups;
 use crate::tools::{Health, ServerState, ToolStatus, Tools, ToolsSetup, config};
 
 impl ToolsArgs {
     /// Starts the tools these flags give (servers up, or failed, within their bound);
-    /// `store` is what `search_history` searches.
-    pub fn start(&self, store: Option<Arc<crate::session::Store>>) -> Result<Tools, CliError> {
-        self.start_with(store, None)
+    /// `store` is what `search_history` searches, `links` what every server runs with.
+    pub fn start(
+        &self,
+        store: Option<Arc<crate::session::Store>>,
+        links: LinkOptions,
+    ) -> Result<Tools, CliError> {
+        self.start_with(store, None, links)
     }
 
     /// As [`Self::start`], the server at `url` (`--mcp-url`) standing for a configuration.
@@ -24,6 +31,7 @@ impl ToolsArgs {
         &self,
         store: Option<Arc<crate::session::Store>>,
         url: Option<&str>,
+        links: LinkOptions,
     ) -> Result<Tools, CliError> {
         let mode: crate::tools::Mode = self.mode.into();
         let config = match (&self.mcp_config, url) {
@@ -41,9 +49,40 @@ impl ToolsArgs {
             tool_timeout: Duration::from_secs(self.tool_timeout),
             store,
             start_wait: crate::tools::registry::START_WAIT,
+            links,
         })
         .map_err(|e| CliError::Tools(format!("cannot start the tools: {e}")))
     }
+}
+
+/// Where the process groups of the stdio MCP servers of a brain on `db` are recorded: beside a
+/// SQLite database (named after it, as its lock is), in the data directory for PostgreSQL.
+fn groups_dir(db: &Path) -> Option<PathBuf> {
+    match DbTarget::of(db) {
+        DbTarget::Sqlite(path) => {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".mcp-groups");
+            Some(PathBuf::from(name))
+        }
+        DbTarget::Postgres(_) => crate::config::default_db_path()?
+            .parent()
+            .map(|d| d.join("mcp-groups")),
+        DbTarget::KeyValue | DbTarget::BadUrl => None,
+    }
+}
+
+/// The record of this process's MCP servers' process groups (`serve`, or a `chat` that
+/// runs its own engine), after the groups a killed
+/// brain left running were ended (SPEC §12: they end with the server). Without one, the
+/// servers still run (brain kills their groups when it closes them); only a SIGKILL of
+/// brain would leave their children behind.
+pub(super) fn server_groups(db: &Path) -> Option<Arc<Groups>> {
+    let groups = Groups::open(&groups_dir(db)?)?;
+    let killed = groups.reap_left_behind();
+    if killed > 0 {
+        log::warn!("ended {killed} MCP server process groups a killed brain left running");
+    }
+    Some(Arc::new(groups))
 }
 
 pub fn run(
@@ -63,7 +102,7 @@ pub fn run(
         .map_err(|e| log::info!("search_history will not work here: {e}"))
         .ok()
         .map(Arc::new);
-    let tools = args.start_with(store, url)?;
+    let tools = args.start_with(store, url, LinkOptions::default())?;
     match cmd {
         ToolsCommand::List { json, .. } => list(&tools, json, out),
         ToolsCommand::Call {

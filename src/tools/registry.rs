@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::config::{McpConfig, Transport};
-use super::mcp::{Link, McpError, Server};
+use super::mcp::{Link, LinkOptions, McpError, Server};
 use super::names::{self, Collision};
 use super::supervisor::{Phase, Ready, Slot, cancelled, supervise};
 use super::{
@@ -47,6 +47,9 @@ pub struct ToolsSetup {
     pub store: Option<Arc<Store>>,
     /// How long [`Tools::start`] waits for the servers ([`START_WAIT`]).
     pub start_wait: Duration,
+    /// What every server's link runs with: the largest message read from it, and where a
+    /// stdio server's process group is recorded.
+    pub links: LinkOptions,
 }
 
 /// Why tools could not start.
@@ -69,6 +72,7 @@ pub(super) struct Inner {
     pub(super) store: Option<Arc<Store>>,
     pub(super) slots: Vec<Slot>,
     pub(super) tool_timeout: Duration,
+    pub(super) links: LinkOptions,
     pub(super) stopping: AtomicBool,
     /// Held while a server's list is accepted, so two lists are checked against each
     /// other one at a time.
@@ -95,6 +99,7 @@ impl Tools {
                 store: None,
                 slots: Vec::new(),
                 tool_timeout: super::DEFAULT_TOOL_TIMEOUT,
+                links: LinkOptions::default(),
                 stopping: AtomicBool::new(false),
                 catalog: Mutex::new(()),
             }),
@@ -120,6 +125,7 @@ impl Tools {
             store: setup.store,
             slots: configs.into_iter().map(Slot::new).collect(),
             tool_timeout: setup.tool_timeout,
+            links: setup.links,
             stopping: AtomicBool::new(false),
             catalog: Mutex::new(()),
         });
@@ -413,6 +419,7 @@ mod tests {
             tool_timeout: Duration::from_secs(1),
             store: None,
             start_wait: START_WAIT,
+            links: LinkOptions::default(),
         })
         .unwrap();
         let names: Vec<String> = on.offered().into_iter().map(|t| t.name).collect();

@@ -235,8 +235,12 @@ impl Inner {
         let slot = &self.slots[i];
         let deadline = Instant::now() + START_TIMEOUT;
         let link: Arc<dyn Link> = match &slot.config.transport {
-            Transport::Stdio(how) => Arc::new(StdioLink::spawn(&slot.config.name, how)?),
-            Transport::Http { url, headers } => Arc::new(HttpLink::new(url, headers.clone())),
+            Transport::Stdio(how) => {
+                Arc::new(StdioLink::spawn(&slot.config.name, how, &self.links)?)
+            }
+            Transport::Http { url, headers } => {
+                Arc::new(HttpLink::new(url, headers.clone(), &self.links))
+            }
         };
         {
             let mut st = slot.state.lock();

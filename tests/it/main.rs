@@ -20,6 +20,7 @@ mod import_openwebui;
 mod ledger;
 mod listing;
 mod mcp;
+mod mcp_hostile;
 mod migrations;
 mod provider;
 mod provider_health;

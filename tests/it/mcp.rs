@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use brain::tools::mcp::http::HttpLink;
 use brain::tools::mcp::stdio::{Spawn, StdioLink};
-use brain::tools::mcp::{McpError, Server};
+use brain::tools::mcp::{LinkOptions, McpError, Server};
 use serde_json::json;
 
 use crate::support::skipped;
@@ -54,7 +54,10 @@ fn stdio(name: &str, command: &str, args: &[&str]) -> Result<Server, McpError> {
         args: args.iter().map(|a| a.to_string()).collect(),
         ..Spawn::default()
     };
-    Server::initialize(Box::new(StdioLink::spawn(name, &how)?), soon())
+    Server::initialize(
+        Box::new(StdioLink::spawn(name, &how, &LinkOptions::default())?),
+        soon(),
+    )
 }
 
 #[test]
@@ -220,7 +223,11 @@ fn the_everything_server_over_streamable_http_keeps_its_session() {
     let port = free_port();
     let _child = everything_http(&entry, port);
 
-    let link = HttpLink::new(&format!("http://127.0.0.1:{port}/mcp"), Vec::new());
+    let link = HttpLink::new(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        Vec::new(),
+        &LinkOptions::default(),
+    );
     let server = Server::initialize(Box::new(link), soon()).unwrap();
     let tools = server.list_tools(soon()).unwrap();
     assert!(tools.iter().any(|t| t.name == "get-sum"), "{tools:?}");
@@ -320,7 +327,7 @@ fn missing_crashing_garbage_flooding_and_hanging_servers_are_clear_errors() {
         args: vec!["-c".into(), "sleep 60".into()],
         ..Spawn::default()
     };
-    let link = StdioLink::spawn("hang", &how).unwrap();
+    let link = StdioLink::spawn("hang", &how, &LinkOptions::default()).unwrap();
     let hung = Server::initialize(Box::new(link), Instant::now() + Duration::from_millis(500));
     assert!(
         matches!(hung, Err(McpError::Timeout(_))),

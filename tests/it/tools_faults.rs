@@ -16,9 +16,9 @@ use crate::tools_loop::{call_url, kinds, session, stream, streamed, until};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A brain serving `db`; SIGKILLed on drop unless it already exited.
-struct Serving {
-    child: Child,
-    url: String,
+pub(crate) struct Serving {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl Drop for Serving {
@@ -29,23 +29,23 @@ impl Drop for Serving {
 }
 
 /// Where a stand-in writes what it did, in a temp dir.
-struct Stand {
-    dir: tempfile::TempDir,
+pub(crate) struct Stand {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Stand {
-    fn new() -> Stand {
+    pub(crate) fn new() -> Stand {
         Stand {
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
-    fn pids_file(&self) -> PathBuf {
+    pub(crate) fn pids_file(&self) -> PathBuf {
         self.dir.path().join("pids")
     }
 
     /// The pids of every process started so far, in order.
-    fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         std::fs::read_to_string(self.pids_file())
             .unwrap_or_default()
             .lines()
@@ -54,7 +54,7 @@ impl Stand {
     }
 
     /// Every message the stand-ins received.
-    fn received(&self) -> Vec<Value> {
+    pub(crate) fn received(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.path().join("log"))
             .unwrap_or_default()
             .lines()
@@ -63,7 +63,7 @@ impl Stand {
     }
 
     /// `--mcp-config` naming one stand-in server `s` with `tools`, all allowed but `ask`.
-    fn config(&self, tools: &str, timeout_s: Option<u64>) -> PathBuf {
+    pub(crate) fn config(&self, tools: &str, timeout_s: Option<u64>) -> PathBuf {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/stand_in.py");
         let allowed: Vec<&str> = tools.split(',').filter(|t| *t != "ask").collect();
         let mut server = json!({"command": "python3", "args": [script], "allow": allowed,
@@ -78,7 +78,7 @@ impl Stand {
     }
 }
 
-fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving {
+pub(crate) fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving {
     let (child, url) = spawn_serve(
         serve_command(db, &mock.url)
             .arg("--mcp-config")
@@ -88,13 +88,13 @@ fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving 
     Serving { child, url }
 }
 
-fn log(url: &str, id: &str) -> Vec<Value> {
+pub(crate) fn log(url: &str, id: &str) -> Vec<Value> {
     let (status, v) = call_url(url, &format!("/v1/sessions/{id}/events"));
     assert_eq!(status, 200, "{v}");
     v["events"].as_array().unwrap().clone()
 }
 
-fn executions(log: &[Value]) -> Vec<(String, String)> {
+pub(crate) fn executions(log: &[Value]) -> Vec<(String, String)> {
     log.iter()
         .filter(|e| e["kind"] == "tool_execution")
         .map(|e| {
@@ -106,7 +106,7 @@ fn executions(log: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn said(frames: &[Value]) -> String {
+pub(crate) fn said(frames: &[Value]) -> String {
     frames
         .iter()
         .filter(|f| f["type"] == "chunk")
@@ -114,7 +114,7 @@ fn said(frames: &[Value]) -> String {
         .collect()
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + DEADLINE;
     while !cond() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
@@ -122,7 +122,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped) has not gone yet but runs nothing.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit(')')
@@ -133,12 +133,12 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-fn call(id: &str, name: &str, args: Value) -> Value {
+pub(crate) fn call(id: &str, name: &str, args: Value) -> Value {
     json!({"id": id, "name": name, "arguments": args.to_string()})
 }
 
 /// Sends `message` and collects the frames up to the end.
-fn turn(url: &str, id: &str, message: &str) -> (Value, Vec<Value>) {
+pub(crate) fn turn(url: &str, id: &str, message: &str) -> (Value, Vec<Value>) {
     let frames = stream(
         url,
         &format!("/v1/sessions/{id}/messages"),

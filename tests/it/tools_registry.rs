@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use brain::tools::config::parse;
+use brain::tools::mcp::LinkOptions;
 use brain::tools::registry::START_WAIT;
 use brain::tools::{Health, Mode, Policy, ServerState, ToolStatus, Tools, ToolsSetup};
 use serde_json::{Value, json};
@@ -62,6 +63,7 @@ fn try_start(servers: Value) -> Result<Tools, brain::tools::ToolsError> {
         tool_timeout: DEADLINE,
         store: None,
         start_wait: START_WAIT,
+        links: LinkOptions::default(),
     })
 }
 
@@ -483,6 +485,7 @@ fn search_history_finds_earlier_chats() {
         tool_timeout: DEADLINE,
         store: Some(Arc::clone(&store)),
         start_wait: START_WAIT,
+        links: LinkOptions::default(),
     })
     .unwrap();
     let hit = tools.call(
@@ -556,6 +559,7 @@ fn a_slow_server_keeps_starting_in_the_background_and_a_late_collision_drops_its
         tool_timeout: DEADLINE,
         store: None,
         start_wait: Duration::from_millis(500),
+        links: LinkOptions::default(),
     })
     .unwrap();
     assert!(

@@ -6,7 +6,8 @@ echo,crash); it appends its pid to STAND_IN_PIDFILE when set. `crash` exits mid-
 and stops without answering when the call is cancelled); `hang` blocks the whole server
 (it answers nothing any more, a cancel and a ping included); `deaf` stops reading its
 input and asks brain for 300,000 pings it never reads the answers to (a server whose
-stdin fills up); `env` answers the names of its environment variables, sorted; every other
+stdin fills up); `big` {"bytes"?: 300000} answers that many bytes of text; `flood`
+{"bytes"?: 20000000} writes that many bytes on one line that never ends, then hangs; `env` answers the names of its environment variables, sorted; every other
 tool answers its name and arguments. STAND_IN_DELAY_S delays its answer to `initialize` (a slow start).
 STAND_IN_LOG names a file it appends every message it receives to (one JSON line each);
 STAND_IN_START_ONCE names a file that makes every start after the first fail."""
@@ -88,6 +89,14 @@ for line in sys.stdin:
         if name == "deaf":
             for n in range(300_000):
                 send({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"})
+            time.sleep(3600)
+        if name == "big":
+            text(i, "x" * int(args.get("bytes", 300_000)))
+            continue
+        if name == "flood":
+            with out:
+                sys.stdout.write("x" * int(args.get("bytes", 20_000_000)))
+                sys.stdout.flush()
             time.sleep(3600)
         if name == "env":
             text(i, " ".join(sorted(os.environ)))

@@ -187,7 +187,14 @@ impl Local {
         let cfg = p.provider_config();
         let mut settings = p.engine_settings();
         settings.tool_limits.tool_timeout = std::time::Duration::from_secs(tools.tool_timeout);
-        let tools = Arc::new(tools.start(Some(Arc::clone(&store)))?);
+        // As `serve`: what a killed chat left running ends here.
+        let links = crate::tools::mcp::LinkOptions {
+            groups: super::super::tools::server_groups(&db),
+            ..crate::tools::mcp::LinkOptions::for_results(
+                settings.tool_limits.max_tool_result_bytes,
+            )
+        };
+        let tools = Arc::new(tools.start(Some(Arc::clone(&store)), links)?);
         // On PostgreSQL running servers share the database: sessions are claimed against
         // them (SPEC §16), as a server would.
         let engine = Engine::coordinated(

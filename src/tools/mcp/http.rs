@@ -15,8 +15,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::jsonrpc::{self, Incoming};
-use super::{Link, MAX_MESSAGE_BYTES, McpError};
-use crate::provider::sse::SseParser;
+use super::{Link, LinkOptions, McpError};
+use crate::provider::sse::{SseError, SseParser};
 
 /// Connecting to the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,6 +33,8 @@ struct Shared {
     protocol: Mutex<Option<String>>,
     broken: Mutex<Option<String>>,
     tools_changed: AtomicBool,
+    /// The largest body or event read (the rest is never read).
+    limits: LinkOptions,
 }
 
 /// A server at a URL.
@@ -42,8 +44,9 @@ pub struct HttpLink {
 }
 
 impl HttpLink {
-    /// `headers` are sent with every message (e.g. `Authorization`).
-    pub fn new(url: &str, headers: Vec<(String, String)>) -> HttpLink {
+    /// `headers` are sent with every message (e.g. `Authorization`); `opts` bound what is
+    /// read.
+    pub fn new(url: &str, headers: Vec<(String, String)>, opts: &LinkOptions) -> HttpLink {
         let agent = ureq::Agent::config_builder()
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .http_status_as_error(false)
@@ -58,6 +61,10 @@ impl HttpLink {
                 protocol: Mutex::new(None),
                 broken: Mutex::new(None),
                 tools_changed: AtomicBool::new(false),
+                limits: LinkOptions {
+                    groups: None,
+                    ..opts.clone()
+                },
             }),
             next_id: AtomicU64::new(1),
         }
@@ -138,25 +145,26 @@ impl Shared {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.starts_with("text/event-stream"));
+        let max = self.limits.max_message_bytes;
+        // A body is read through `take`, one byte past `max`: a longer one is seen to be
+        // longer without being held.
         let mut reader = resp.into_body().into_reader();
         if !is_stream {
             let mut bytes = Vec::new();
             reader
                 .by_ref()
-                .take(MAX_MESSAGE_BYTES as u64 + 1)
+                .take(max as u64 + 1)
                 .read_to_end(&mut bytes)
                 .map_err(|e| McpError::Closed(e.to_string()))?;
-            if bytes.len() > MAX_MESSAGE_BYTES {
-                return Err(McpError::Protocol(format!(
-                    "an answer longer than {MAX_MESSAGE_BYTES} bytes"
-                )));
+            if bytes.len() > max {
+                return Err(McpError::Protocol(self.limits.too_long("an answer")));
             }
             let text = String::from_utf8_lossy(&bytes);
             return self.find_answer(id, &text, deadline)?.ok_or_else(|| {
                 McpError::Protocol("the answer is not the response to the request".into())
             });
         }
-        let mut parser = SseParser::with_limit(MAX_MESSAGE_BYTES);
+        let mut parser = SseParser::with_limit(max);
         let mut buf = vec![0u8; 16 * 1024];
         let mut frames = Vec::new();
         loop {
@@ -173,9 +181,10 @@ impl Shared {
                     "its stream ended without the answer".into(),
                 ));
             }
-            parser
-                .feed(&buf[..n], &mut frames)
-                .map_err(|e| McpError::Protocol(e.to_string()))?;
+            parser.feed(&buf[..n], &mut frames).map_err(|e| match e {
+                SseError::TooLarge(_) => McpError::Protocol(self.limits.too_long("an event")),
+                other => McpError::Protocol(other.to_string()),
+            })?;
             for f in frames.drain(..) {
                 if f.data.trim().is_empty() {
                     continue;
@@ -329,7 +338,11 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or(9);
-        let link = HttpLink::new(&format!("http://127.0.0.1:{port}/mcp"), Vec::new());
+        let link = HttpLink::new(
+            &format!("http://127.0.0.1:{port}/mcp"),
+            Vec::new(),
+            &LinkOptions::default(),
+        );
         assert_eq!(link.broken(), None);
         let deadline = Instant::now() + Duration::from_secs(10);
         let got = link.request("tools/list", None, deadline, &AtomicBool::new(false));

@@ -4,13 +4,17 @@
 //! [`Server::list_tools`] follows `nextCursor`; [`Server::call`] runs one tool under a
 //! deadline and a cancel flag (a cancelled or timed-out call sends
 //! `notifications/cancelled`). Every read from a server is bounded
-//! ([`MAX_MESSAGE_BYTES`]); a server that breaks the protocol is closed, and its owner
-//! starts it again.
+//! ([`LinkOptions::max_message_bytes`], `--max-tool-result-bytes` × 4, SPEC §12); a server
+//! that breaks the protocol is closed, and its owner starts it again. The process groups
+//! of stdio servers are recorded ([`groups`]) so a brain killed with SIGKILL leaves none
+//! running past its next start.
 
+pub mod groups;
 pub mod http;
 pub mod jsonrpc;
 pub mod stdio;
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -21,9 +25,52 @@ pub use jsonrpc::RpcError;
 /// The protocol versions brain speaks, newest first; it asks for the first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
 
-/// The largest single message (a stdio line, an HTTP body or SSE event) read from a server:
-/// a result is cut far below this before a model sees it, so more is a broken server.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// How many times `--max-tool-result-bytes` the largest message read from a server may
+/// be (SPEC §12): a result is cut to that before a model sees it, so a message far past it
+/// is a broken or hostile server, and never worth brain's memory.
+pub const MESSAGE_BYTES_PER_RESULT_BYTE: usize = 4;
+
+/// The largest message with the default `--max-tool-result-bytes` (256 KiB).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize =
+    crate::tools::DEFAULT_MAX_TOOL_RESULT_BYTES * MESSAGE_BYTES_PER_RESULT_BYTE;
+
+/// What every link to a server is run with.
+#[derive(Clone, Debug)]
+pub struct LinkOptions {
+    /// The largest single message (a stdio line, an HTTP body or SSE event) read from a
+    /// server; past it the message is not read further and the call fails saying so.
+    pub max_message_bytes: usize,
+    /// Where a stdio server's process group is recorded while it runs, if anywhere.
+    pub groups: Option<Arc<groups::Groups>>,
+}
+
+impl LinkOptions {
+    /// The bound `--max-tool-result-bytes` gives (SPEC §12: × 4).
+    pub fn for_results(max_tool_result_bytes: usize) -> LinkOptions {
+        LinkOptions {
+            max_message_bytes: max_tool_result_bytes.saturating_mul(MESSAGE_BYTES_PER_RESULT_BYTE),
+            groups: None,
+        }
+    }
+
+    /// What a message over the bound is called in errors.
+    pub(crate) fn too_long(&self, what: &str) -> String {
+        format!(
+            "{what} longer than {} bytes (brain reads at most {MESSAGE_BYTES_PER_RESULT_BYTE} \
+             × --max-tool-result-bytes from a server)",
+            self.max_message_bytes
+        )
+    }
+}
+
+impl Default for LinkOptions {
+    fn default() -> LinkOptions {
+        LinkOptions {
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            groups: None,
+        }
+    }
+}
 
 /// The most tools read from one server's listing, whatever its pages say.
 pub const MAX_LISTED_TOOLS: usize = 4096;

@@ -1,9 +1,13 @@
 //! MCP over a child process's stdio: newline-delimited JSON-RPC on stdin/stdout, stderr
 //! to brain's log. One reader thread hands each answer to the request waiting for its id;
 //! the server's own requests (`ping`, `roots/list`) are answered there too. A line over
-//! [`MAX_MESSAGE_BYTES`], a line that is not JSON-RPC, or the end of stdout ends the
-//! connection: pending calls fail at once and the process is killed (its owner restarts
-//! it on next use).
+//! [`LinkOptions::max_message_bytes`] (never read further than that), a line that is not
+//! JSON-RPC, or the end of stdout ends the connection: pending calls fail at once and the
+//! process is killed (its owner restarts it on next use).
+//!
+//! Each server runs in its own process group, recorded in [`LinkOptions::groups`] while it
+//! runs: closing kills the group (a wrapper's children too), and a brain killed before it
+//! could close leaves the record for the next start to end ([`super::groups`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -16,8 +20,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
+use super::groups::Groups;
 use super::jsonrpc::{self, Incoming};
-use super::{Link, MAX_MESSAGE_BYTES, McpError};
+use super::{Link, LinkOptions, McpError};
 
 /// The only variables of brain's environment a server gets (the configuration adds more).
 pub const INHERITED_ENV: &[&str] = &["PATH", "HOME"];
@@ -60,6 +65,10 @@ struct Shared {
     /// Bytes queued in `outbox` and not yet written.
     queued: AtomicUsize,
     stderr_tail: Mutex<VecDeque<String>>,
+    /// What it may send at most, per line, and what that is called in errors.
+    limits: LinkOptions,
+    /// Its pid, which is its group's id.
+    pid: u32,
 }
 
 impl Shared {
@@ -153,7 +162,7 @@ pub struct StdioLink {
 
 impl StdioLink {
     /// Starts the process and its reader threads. `name` is for the log.
-    pub fn spawn(name: &str, how: &Spawn) -> Result<StdioLink, McpError> {
+    pub fn spawn(name: &str, how: &Spawn, opts: &LinkOptions) -> Result<StdioLink, McpError> {
         let mut cmd = Command::new(&how.command);
         // Only the environment the configuration names, plus PATH and HOME (SPEC §12): a
         // server never sees brain's API keys or token.
@@ -174,7 +183,8 @@ impl StdioLink {
         #[cfg(unix)]
         {
             // Its own process group: a Ctrl-C meant for brain does not reach it before
-            // brain closes it, and closing can end its children too (`npx` runs `node`).
+            // brain closes it, and closing can end its children too (`npx` runs `node`),
+            // as can the next start after a SIGKILL (the group is recorded below).
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
         }
@@ -183,7 +193,8 @@ impl StdioLink {
             // Killed with brain: a brain that is SIGKILLed cannot close it, and a server
             // stuck in a call does not notice its stdin closing. The signal follows the
             // thread that spawns it, a server's supervisor, which lives as long as brain
-            // serves. Its own children (`npx` runs `node`) see their stdin close instead.
+            // serves. Its own children (`npx` runs `node`, a shell's `cmd &`) do not
+            // inherit it: the next start kills what is left of its group.
             use std::os::unix::process::CommandExt;
             // SAFETY: between fork and exec only async-signal-safe calls: prctl(2).
             unsafe {
@@ -198,10 +209,15 @@ impl StdioLink {
         let mut child = cmd
             .spawn()
             .map_err(|e| McpError::Spawn(format!("{}: {e}", how.command)))?;
+        // Recorded before anything else can fail: every way out from here kills the group,
+        // and a SIGKILL of brain leaves the record for the next start.
+        if let Some(groups) = &opts.groups {
+            groups.record(child.id());
+        }
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            let _ = child.kill();
+            kill_group(&mut child, opts.groups.as_deref());
             return Err(McpError::Spawn("its pipes could not be opened".into()));
         };
         let (outbox, lines) = mpsc::channel::<String>();
@@ -214,6 +230,8 @@ impl StdioLink {
             outbox: Mutex::new(Some(outbox)),
             queued: AtomicUsize::new(0),
             stderr_tail: Mutex::new(VecDeque::new()),
+            limits: opts.clone(),
+            pid: child.id(),
         });
         let reader = Arc::clone(&shared);
         let logger = Arc::clone(&shared);
@@ -238,7 +256,7 @@ impl StdioLink {
                     })
             });
         if let Err(e) = spawned {
-            let _ = child.kill();
+            kill_group(&mut child, opts.groups.as_deref());
             return Err(McpError::Spawn(format!("cannot start a thread: {e}")));
         }
         Ok(StdioLink {
@@ -252,20 +270,26 @@ impl StdioLink {
     pub fn pid(&self) -> Option<u32> {
         self.child.lock().as_ref().map(Child::id)
     }
+}
 
-    fn kill(&self, child: &mut Child) {
-        #[cfg(unix)]
-        {
-            // The whole group: a wrapper's children go too.
-            let pgid = child.id() as libc::pid_t;
-            // SAFETY: kill(2) with a negative pid signals that process group; no memory
-            // is touched.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+/// Kills the server's whole group (a wrapper's children go too), reaps the server, and
+/// forgets the group's record.
+fn kill_group(child: &mut Child, groups: Option<&Groups>) {
+    #[cfg(unix)]
+    {
+        // Its pid is its group's id (`process_group(0)`), and it cannot be reused while
+        // the process is not reaped, which happens only below.
+        let pgid = child.id() as libc::pid_t;
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is
+        // touched.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
         }
-        let _ = child.kill();
-        let _ = child.wait();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Some(groups) = groups {
+        groups.forget(child.id());
     }
 }
 
@@ -319,7 +343,7 @@ impl Link for StdioLink {
             }
             std::thread::sleep(CANCEL_POLL);
         }
-        self.kill(&mut child);
+        kill_group(&mut child, self.shared.limits.groups.as_deref());
     }
 }
 
@@ -333,14 +357,17 @@ impl Drop for StdioLink {
 fn read_stdout(shared: &Shared, stdout: impl Read, stderr_done: &mpsc::Receiver<()>) {
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::new();
+    let max = shared.limits.max_message_bytes;
     let why = loop {
-        match read_line(&mut reader, &mut line, MAX_MESSAGE_BYTES, false) {
+        match read_line(&mut reader, &mut line, max, false) {
             Ok(Line::Eof) => {
                 let _ = stderr_done.recv_timeout(STDERR_SETTLE);
                 break "it exited (its stdout closed)".to_owned();
             }
             Ok(Line::TooLong) => {
-                break format!("it wrote a line longer than {MAX_MESSAGE_BYTES} bytes");
+                // Not read further: the connection ends and the process is killed, so
+                // whatever else it writes is never held in memory.
+                break shared.limits.too_long("it wrote a message");
             }
             Err(e) => break format!("cannot read its stdout: {e}"),
             Ok(Line::Complete) => {}
@@ -367,6 +394,10 @@ fn read_stdout(shared: &Shared, stdout: impl Read, stderr_done: &mpsc::Receiver<
 fn dispatch(shared: &Shared, m: Incoming) {
     match m {
         Incoming::Response { id, result } => {
+            // What its group holds now is the server's own (see `groups`).
+            if let Some(groups) = &shared.limits.groups {
+                groups.heard(shared.pid);
+            }
             if let Some(w) = shared.pending.lock().remove(&id) {
                 let _ = w.send(result.map_err(McpError::Rpc));
             }
