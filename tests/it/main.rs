@@ -33,6 +33,7 @@ mod support;
 mod team;
 mod team_e2e;
 mod team_move;
+mod team_race;
 mod terminal;
 mod tools_chat;
 mod tools_faults;
