@@ -21,6 +21,7 @@ mod ledger;
 mod listing;
 mod mcp;
 mod migrations;
+mod pg_restart;
 mod provider;
 mod provider_health;
 mod purge;

@@ -7,7 +7,10 @@
 //! single-writer rule (MVCC), so each [`super::Store::write`] is one transaction on a
 //! connection of its own, and a session's `seq` is serialised by locking its row
 //! ([`write`]). Reads run under a `statement_timeout` ([`READ_TIMEOUT`]): a read past it
-//! is [`StoreError::ReadTimeout`], and its connection is free again. Migrations (`migrations/postgres`) run at open under an advisory lock, so
+//! is [`StoreError::ReadTimeout`], and its connection is free again. A connection that
+//! died unseen (a restart) is replaced and the read or write run once more only when that
+//! cannot write twice, else [`StoreError::Unavailable`] ([`retry`]). Migrations
+//! (`migrations/postgres`) run at open under an advisory lock, so
 //! servers starting together do not race. A read-only open migrates nothing and its
 //! connections refuse writes (`default_transaction_read_only`). TLS is used when the URL
 //! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
