@@ -7,6 +7,8 @@ use crate::chat::engine::EngineError;
 use crate::session::StoreError;
 use crate::session::cursor::CursorError;
 use crate::session::projection::BadForkPoint;
+use crate::session::store::pg::detail;
+use crate::session::store::pg::retry::connection_lost;
 
 /// An answer that is an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +76,31 @@ impl From<StoreError> for ApiError {
                     "the database took too long to answer; try again, or ask for less",
                 )
             }
+            // The database out of reach, or a connection lost with nothing known written
+            // (SPEC §16: a restart, a killed backend): try again, not a bug.
+            StoreError::Unavailable(why) => unavailable(&why),
+            StoreError::Pool(e) => unavailable(&e.to_string()),
+            StoreError::Connect { url, source } => {
+                unavailable(&format!("cannot connect to {url}: {}", detail(&source)))
+            }
+            StoreError::Postgres(e) if connection_lost(&e) => unavailable(&detail(&e)),
+            why @ StoreError::Superseded { .. } => {
+                ApiError::new(409, "turn_in_flight", why.to_string())
+            }
             other => ApiError::internal(other),
         }
     }
+}
+
+/// 503 `unavailable` for a database out of reach: the detail to the log, a short reason to
+/// the client.
+fn unavailable(detail: &str) -> ApiError {
+    log::warn!("the database is unavailable: {detail}");
+    ApiError::new(
+        503,
+        "unavailable",
+        "the database cannot be reached right now (nothing was written); try again shortly",
+    )
 }
 
 impl From<EngineError> for ApiError {
@@ -128,6 +152,16 @@ mod tests {
         // A read PostgreSQL cancelled at its statement timeout: busy, not broken.
         let e: ApiError = StoreError::ReadTimeout.into();
         assert_eq!((e.status, e.code), (503, "unavailable"));
+        // The database out of reach or a connection lost (issue 27): 503, not 500.
+        let e: ApiError = StoreError::Unavailable("lost".into()).into();
+        assert_eq!((e.status, e.code), (503, "unavailable"));
+        assert!(e.message.contains("try again"), "{}", e.message);
+        let e: ApiError = StoreError::Superseded {
+            id: SessionId::generate(),
+            seq: 3,
+        }
+        .into();
+        assert_eq!((e.status, e.code), (409, "turn_in_flight"));
         let e: ApiError = CursorError::Half.into();
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();

@@ -374,7 +374,7 @@ fn patch(api: &Api, req: &Request, id: SessionId) -> Result<Answer, ApiError> {
         return Err(ApiError::bad_request("give `title` or `archived`"));
     }
     let row = api.engine.store().write(|w| {
-        if let Some(t) = title {
+        if let Some(t) = title.clone() {
             w.rename(id, t, TitledBy::User)?;
         }
         if let Some(a) = archived {

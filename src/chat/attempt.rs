@@ -455,7 +455,7 @@ pub(super) fn checkpoint(
     let Some(payload) = unsaved(turn, out) else {
         return Ok(());
     };
-    let seq = inner.store.append(turn.session_id, &payload)?.seq;
+    let seq = turn.append(&inner.store, &payload)?.seq;
     turn.wrote(seq);
     out.saved(seq);
     turn.push(Frame::Checkpoint { seq });

@@ -60,8 +60,8 @@ pub(super) fn ask(
         call_id: call_id.to_owned(),
         answer: tx,
     });
-    let asked = inner.store.append(
-        turn.session_id,
+    let asked = turn.append(
+        &inner.store,
         &Payload::PermissionRequested(PermissionRequested {
             turn: turn.turn,
             attempt: turn.attempt,
@@ -132,8 +132,8 @@ pub(super) fn ask(
     if !turn.keep_claim(&inner.store) {
         return Err(StoreError::Refused(CLAIM_LOST));
     }
-    let resolved = inner.store.append(
-        turn.session_id,
+    let resolved = turn.append(
+        &inner.store,
         &Payload::PermissionResolved(PermissionResolved {
             call_id: call_id.to_owned(),
             decision: decision.to_owned(),

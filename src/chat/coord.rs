@@ -13,15 +13,18 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
+use crate::session::events::{Event, Payload};
 pub use crate::session::store::pg::coord::Kept;
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
-use crate::session::{SessionId, StoreError};
+use crate::session::store::{AttemptMark, Writer};
+use crate::session::{SessionId, Store, StoreError};
 
 /// How often, and for how long at most, a `/stop` for an attempt running on another
 /// server is sent again while the session stays claimed: a note sent while that server's
@@ -342,5 +345,113 @@ fn resend_stop(inner: &std::sync::Weak<super::engine::Inner>, note: &Note, id: S
     }
     if let Some(inner) = inner.upgrade() {
         lock(&inner.stopping).remove(&id);
+    }
+}
+
+/// The claim side of a running attempt (I7 across servers): its claim, and its appends,
+/// each checked in its own transaction against what others wrote.
+impl ActiveTurn {
+    /// Holds the session's claim until the attempt ends; `last_seq` is the session's last
+    /// seq under it (the attempt's user message, or where its retry starts).
+    pub(super) fn hold(&self, claim: Claim, last_seq: u64) {
+        self.own_seq.store(last_seq, Ordering::SeqCst);
+        *lock(&self.claim) = Some(claim);
+    }
+
+    /// The attempt appended `seq` to its session.
+    pub(super) fn wrote(&self, seq: u64) {
+        self.own_seq.fetch_max(seq, Ordering::SeqCst);
+    }
+
+    /// What the attempt's next append carries: who writes, after its own newest write.
+    pub(super) fn mark(&self) -> AttemptMark {
+        AttemptMark {
+            turn: self.turn,
+            attempt: self.attempt,
+            after: self.own_seq.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Runs `f` in one write transaction as this attempt (`f` appends with
+    /// [`crate::session::WriteTxn::append_for`] and the mark it is given). Refused as
+    /// [`StoreError::Superseded`] when another attempt wrote meanwhile: the session is
+    /// then lost to this one, as when its claim is ([`ActiveTurn::keep_claim`]).
+    pub(super) fn write<T>(
+        &self,
+        store: &Store,
+        mut f: impl FnMut(&mut Writer<'_>, &AttemptMark) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mark = self.mark();
+        let written = store.write(|w| f(w, &mark));
+        if let Err(StoreError::Superseded { seq, .. }) = &written {
+            log::warn!(
+                "{}: another attempt wrote to the session (seq {seq}) after this one's last \
+                 write (seq {}); this one writes nothing more",
+                self.session_id,
+                mark.after
+            );
+            self.give_up(&mut lock(&self.claim));
+        }
+        written
+    }
+
+    /// Appends `payload` as this attempt (see [`ActiveTurn::write`]).
+    pub(super) fn append(&self, store: &Store, payload: &Payload) -> Result<Event, StoreError> {
+        let id = self.session_id;
+        let event = self.write(store, |w, mark| w.append_for(mark, id, payload))?;
+        self.wrote(event.seq);
+        Ok(event)
+    }
+
+    /// Whether the session is still this attempt's (I7 across servers; see
+    /// [`Claim::keep`]); asked before each of its appends (which check again in their own
+    /// transaction, [`ActiveTurn::write`]). A claim whose connection broke and that was
+    /// taken again holds only if nobody wrote to the session meanwhile (another server may
+    /// have run a whole turn in between). Once lost, it stays lost and is let go: the
+    /// attempt is asked to stop, as a `/stop` would, and writes nothing more to the session.
+    pub(super) fn keep_claim(&self, store: &Store) -> bool {
+        if self.claim_lost() {
+            return false;
+        }
+        let id = self.session_id;
+        let mut claim = lock(&self.claim);
+        let kept = match claim.as_mut().map(|c| c.keep(id)) {
+            None | Some(Kept::Held) => true,
+            Some(Kept::Lost) => false,
+            Some(Kept::TakenAgain) => {
+                let own = self.own_seq.load(Ordering::SeqCst);
+                match store.last_seq(id) {
+                    Ok(last) if last == own => true,
+                    Ok(last) => {
+                        log::warn!(
+                            "{id}: another server wrote to the session (up to seq {last}, this \
+                             attempt's last is {own}) while this one's lock was lost"
+                        );
+                        false
+                    }
+                    Err(e) => {
+                        log::warn!("{id}: cannot tell whether another server wrote: {e}");
+                        false
+                    }
+                }
+            }
+        };
+        if !kept {
+            self.give_up(&mut claim);
+        }
+        kept
+    }
+
+    /// The session is another's: marked lost for good, the claim let go (a lock taken
+    /// again is the other server's), and the attempt asked to stop.
+    fn give_up(&self, claim: &mut Option<Claim>) {
+        self.claim_lost.store(true, Ordering::SeqCst);
+        claim.take();
+        self.request_stop();
+    }
+
+    /// Whether the attempt stops because another server took the session.
+    pub(super) fn claim_lost(&self) -> bool {
+        self.claim_lost.load(Ordering::SeqCst)
     }
 }

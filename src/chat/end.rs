@@ -99,10 +99,7 @@ pub(super) fn end_attempt(
             message,
             reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
         });
-        inner
-            .store
-            .append(turn.session_id, &failed)
-            .map(|e| Some(e.seq))
+        turn.append(&inner.store, &failed).map(|e| Some(e.seq))
     };
     let seq = written.unwrap_or_else(|e| {
         log::error!("turn of {}: could not record its end: {e}", turn.session_id);
@@ -176,8 +173,8 @@ fn final_checkpoint(
 ) -> Result<Option<u64>, StoreError> {
     let last = last_checkpoint(turn, out, ended);
     let id = turn.session_id;
-    let seq = inner.store.write(|w| {
-        let seq = w.append(id, &last)?.seq;
+    let seq = turn.write(&inner.store, |w, mark| {
+        let seq = w.append_for(mark, id, &last)?.seq;
         w.touch(id)?;
         Ok(seq)
     })?;
@@ -195,7 +192,7 @@ fn complete(
 ) -> Frame {
     let provider = inner.provider.base_url().to_owned();
     let usage = out.usage.unwrap_or_default();
-    let written = inner.store.write(|w| {
+    let written = turn.write(&inner.store, |w, mark| {
         let ledger_id = w.record_call(&chat_entry(
             turn,
             &provider,
@@ -218,7 +215,7 @@ fn complete(
             ledger_id: Some(ledger_id),
             steps: out.steps.max(1),
         });
-        Ok(w.append(turn.session_id, &answer)?.seq)
+        Ok(w.append_for(mark, turn.session_id, &answer)?.seq)
     });
     match written {
         Ok(seq) => Frame::End {
@@ -230,6 +227,8 @@ fn complete(
             steps: out.steps.max(1),
             finish_reason: out.finish_reason.clone(),
         },
+        // Another attempt wrote first (I7): this one writes nothing more.
+        Err(_) if turn.claim_lost() => lost(inner, turn, model, out, took),
         Err(e) => {
             // The answer could not be stored: what the checkpoints hold is the partial.
             log::error!(

@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::coord::Kept;
+use crate::session::SessionId;
 use crate::session::compactor::Interrupt;
 use crate::session::events::Usage;
-use crate::session::{SessionId, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,12 +189,12 @@ pub struct ActiveTurn {
     /// The call waiting for the user's consent, if one is (SPEC §13).
     pub(super) consent: Mutex<Option<super::consent::Waiting>>,
     /// The session's claim across servers, held while the attempt runs (I7).
-    claim: Mutex<Option<super::coord::Claim>>,
+    pub(super) claim: Mutex<Option<super::coord::Claim>>,
     /// Set when another server took the session from under the attempt.
-    claim_lost: AtomicBool,
+    pub(super) claim_lost: AtomicBool,
     /// The seq of the attempt's own newest write (its user message, a checkpoint, a tool
     /// event): a claim taken again holds only while the session's last seq is still it.
-    own_seq: AtomicU64,
+    pub(super) own_seq: AtomicU64,
 }
 
 impl ActiveTurn {
@@ -218,65 +217,6 @@ impl ActiveTurn {
             claim_lost: AtomicBool::new(false),
             own_seq: AtomicU64::new(0),
         }
-    }
-
-    /// Holds the session's claim until the attempt ends; `last_seq` is the session's last
-    /// seq under it (the attempt's user message, or where its retry starts).
-    pub(super) fn hold(&self, claim: super::coord::Claim, last_seq: u64) {
-        self.own_seq.store(last_seq, Ordering::SeqCst);
-        *self.claim.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim);
-    }
-
-    /// The attempt appended `seq` to its session.
-    pub(super) fn wrote(&self, seq: u64) {
-        self.own_seq.fetch_max(seq, Ordering::SeqCst);
-    }
-
-    /// Whether the session is still this attempt's (I7 across servers; see
-    /// [`super::coord::Claim::keep`]); asked before each of its appends. A claim whose
-    /// connection broke and that was taken again holds only if nobody wrote to the session
-    /// meanwhile (another server may have run a whole turn in between). Once lost, it stays
-    /// lost and is let go: the attempt is asked to stop, as a `/stop` would, and writes
-    /// nothing more to the session.
-    pub(super) fn keep_claim(&self, store: &Store) -> bool {
-        if self.claim_lost() {
-            return false;
-        }
-        let id = self.session_id;
-        let mut claim = self.claim.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = match claim.as_mut().map(|c| c.keep(id)) {
-            None | Some(Kept::Held) => true,
-            Some(Kept::Lost) => false,
-            Some(Kept::TakenAgain) => {
-                let own = self.own_seq.load(Ordering::SeqCst);
-                match store.last_seq(id) {
-                    Ok(last) if last == own => true,
-                    Ok(last) => {
-                        log::warn!(
-                            "{id}: another server wrote to the session (up to seq {last}, this \
-                             attempt's last is {own}) while this one's lock was lost"
-                        );
-                        false
-                    }
-                    Err(e) => {
-                        log::warn!("{id}: cannot tell whether another server wrote: {e}");
-                        false
-                    }
-                }
-            }
-        };
-        if !kept {
-            self.claim_lost.store(true, Ordering::SeqCst);
-            // Let go of a lock taken again: the session is the other server's.
-            claim.take();
-            self.request_stop();
-        }
-        kept
-    }
-
-    /// Whether the attempt stops because another server took the session.
-    pub(super) fn claim_lost(&self) -> bool {
-        self.claim_lost.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> MutexGuard<'_, Log> {

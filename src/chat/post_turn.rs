@@ -489,7 +489,7 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
     // Never over a title someone set meanwhile.
     let result = inner.store.write(|w| {
         if w.session(id)?.title.is_none() {
-            w.rename(id, title, TitledBy::Auto)?;
+            w.rename(id, title.clone(), TitledBy::Auto)?;
         }
         Ok(())
     });

@@ -216,9 +216,8 @@ fn run_calls(
         if !turn.keep_claim(&inner.store) {
             return Err(Stopped::ByUser);
         }
-        let seq = inner
-            .store
-            .append(turn.session_id, &Payload::ToolExecution(record.clone()))
+        let seq = turn
+            .append(&inner.store, &Payload::ToolExecution(record.clone()))
             .map_err(Stopped::Store)?
             .seq;
         turn.wrote(seq);

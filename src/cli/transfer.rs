@@ -391,6 +391,8 @@ pub fn import(
         (a.seq, &a.kind, &a.payload, &a.created_at) == (b.seq, &b.kind, &b.payload, &b.created_at)
     };
     let written = store.write(|w| {
+        // From zero on every run: a write may run twice (a connection lost before commit).
+        done = BrainImport::default();
         for (id, s) in sessions {
             failed = Some((s.first_line, *id));
             if !w.exists(*id)? {

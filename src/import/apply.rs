@@ -80,7 +80,7 @@ pub fn import_conversations(
     let mut report = Report::default();
     let mut failed: Option<ImportError> = None;
     let mut held_from = None;
-    let written = store.write(|w| {
+    let written = store.write_once(|w| {
         held_from = Some(Instant::now());
         for (index, c) in conversations.enumerate() {
             let c = match c {

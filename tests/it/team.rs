@@ -23,22 +23,31 @@ use crate::engine::{end, frames, quiet, wait_until};
 use crate::support::*;
 
 /// Two servers: one log, one PostgreSQL to coordinate through.
-struct Team {
+pub(crate) struct Team {
     _db: TempDb,
-    pg: TestDb,
-    store: Arc<Store>,
-    a: Engine,
-    b: Engine,
+    pub(crate) pg: TestDb,
+    pub(crate) store: Arc<Store>,
+    pub(crate) a: Engine,
+    pub(crate) b: Engine,
     /// A's coordinator (to cut its listener off).
     coord_a: Arc<PgCoordinator>,
 }
 
-fn team(test: &str, mock: &MockLlm) -> Option<Team> {
+pub(crate) fn team(test: &str, mock: &MockLlm) -> Option<Team> {
+    team_with(test, mock, |log| log)
+}
+
+/// [`team`] with server A writing to the log through `a_store` (the log, maybe wrapped).
+pub(crate) fn team_with(
+    test: &str,
+    mock: &MockLlm,
+    a_store: impl FnOnce(Arc<Store>) -> Arc<Store>,
+) -> Option<Team> {
     let pg = testdb::fresh(test)?;
     let db = TempDb::new();
     // A clock the tests move (for LIVE_RETENTION).
     let store = Arc::new(db.open_with(brain::clock::Clock::manual(jiff::Timestamp::now())));
-    let server = || {
+    let server = |store: Arc<Store>| {
         let mut cfg = ProviderConfig::new(&mock.url);
         cfg.first_token_timeout = Duration::from_secs(5);
         let settings = EngineSettings {
@@ -47,7 +56,7 @@ fn team(test: &str, mock: &MockLlm) -> Option<Team> {
         };
         let coord = Arc::new(PgCoordinator::from_url(&pg.url).expect("the test PostgreSQL"));
         let engine = Engine::coordinated(
-            Arc::clone(&store),
+            store,
             Arc::new(Provider::new(cfg)),
             settings,
             Arc::new(Tools::off()),
@@ -55,7 +64,8 @@ fn team(test: &str, mock: &MockLlm) -> Option<Team> {
         );
         (engine, coord)
     };
-    let ((a, coord_a), (b, _)) = (server(), server());
+    let (a, coord_a) = server(a_store(Arc::clone(&store)));
+    let (b, _) = server(Arc::clone(&store));
     Some(Team {
         _db: db,
         pg,
@@ -66,12 +76,12 @@ fn team(test: &str, mock: &MockLlm) -> Option<Team> {
     })
 }
 
-fn admin(t: &Team) -> postgres::Client {
+pub(crate) fn admin(t: &Team) -> postgres::Client {
     postgres::Client::connect(&t.pg.url, postgres::NoTls).unwrap()
 }
 
 /// The backend holding the session's lock, if one does.
-fn holder(admin: &mut postgres::Client, id: SessionId) -> Option<i32> {
+pub(crate) fn holder(admin: &mut postgres::Client, id: SessionId) -> Option<i32> {
     admin
         .query_opt(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted
@@ -82,7 +92,7 @@ fn holder(admin: &mut postgres::Client, id: SessionId) -> Option<i32> {
         .map(|r| r.get(0))
 }
 
-fn terminate(admin: &mut postgres::Client, pid: i32) {
+pub(crate) fn terminate(admin: &mut postgres::Client, pid: i32) {
     admin
         .execute("SELECT pg_terminate_backend($1)", &[&pid])
         .unwrap();
@@ -137,7 +147,7 @@ impl Drop for Refusing {
     }
 }
 
-fn session(t: &Team) -> SessionId {
+pub(crate) fn session(t: &Team) -> SessionId {
     t.store
         .create_session(Some("test".into()), "You are a test.".into())
         .unwrap()
@@ -145,7 +155,7 @@ fn session(t: &Team) -> SessionId {
 }
 
 /// Frames until the first chunk (the attempt is streaming).
-fn until_text(sub: &mut Subscription) -> Vec<Frame> {
+pub(crate) fn until_text(sub: &mut Subscription) -> Vec<Frame> {
     let mut seen = Vec::new();
     loop {
         match sub.next_frame(Duration::from_secs(20)) {
@@ -177,7 +187,7 @@ fn slow_turn_on_a(
 }
 
 /// `w0 w1 … w{n-1}`: an answer long enough to be cut while it streams.
-fn numbered_words(n: usize) -> String {
+pub(crate) fn numbered_words(n: usize) -> String {
     (0..n)
         .map(|i| format!("w{i}"))
         .collect::<Vec<_>>()
@@ -443,20 +453,25 @@ fn an_attempt_whose_lock_was_free_again_after_another_servers_turn_writes_nothin
     assert_eq!(status, EndStatus::Interrupted, "{seen:?}");
     assert_eq!(seq, None, "it wrote nothing once the session was another's");
     assert!(text(&seen).len() < words.len(), "it went on");
-    // The log: A's message and earlier checkpoints, then B's turn, and nothing of A after.
+    nothing_of_a_after_bs_turn(&t, id, turn, &seen);
+}
+
+/// The log: A's message and earlier checkpoints (what A's stream showed), then B's turn
+/// ("now b", answered "from b"), and nothing of A's attempt `turn` after B's message.
+pub(crate) fn nothing_of_a_after_bs_turn(t: &Team, id: SessionId, turn: u64, seen: &[Frame]) {
     let log = t.store.events(id, 0, None).unwrap();
     let b_message = log
         .iter()
         .find(|e| e.kind == "user_message" && e.payload.contains("now b"))
         .map(|e| e.seq)
         .expect("B's message");
-    let a_events = events_of(&t, id, turn);
+    let a_events = events_of(t, id, turn);
     assert!(
         a_events.iter().all(|(seq, _, _)| *seq < b_message),
         "A wrote after B's turn: {a_events:?}"
     );
     assert!(a_events.iter().all(|(_, kind, _)| kind == "pending_state"));
-    assert!(text(&seen).starts_with(&saved_text(&a_events)));
+    assert!(text(seen).starts_with(&saved_text(&a_events)));
     let last = log.last().unwrap();
     assert_eq!(last.kind, "assistant_turn", "{last:?}");
     assert!(last.payload.contains("from b"), "{last:?}");

@@ -16,6 +16,7 @@ mod lane;
 pub mod ledger;
 pub mod list;
 pub mod maintenance;
+mod mark;
 pub mod pg;
 pub mod purge;
 mod read;
@@ -35,8 +36,8 @@ pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, Sess
 pub use maintenance::Checkpoints;
 pub use pg::PgStore;
 pub use seam::{
-    BAD_URL_REFUSED, Backend, DbTarget, KEY_VALUE_REFUSED, Store, WriteTxn, Writer,
-    is_key_value_conninfo, is_postgres_url,
+    AttemptMark, BAD_URL_REFUSED, Backend, DbTarget, KEY_VALUE_REFUSED, Rerun, Store, WriteTxn,
+    Writer, is_key_value_conninfo, is_postgres_url,
 };
 pub use write::SqliteWriter;
 
@@ -84,6 +85,14 @@ pub enum StoreError {
     CommitFailed(String),
     #[error("refused: {0}")]
     Refused(&'static str),
+    /// An attempt's append refused: another attempt wrote to the session (seq `seq`) after
+    /// the attempt's own newest write, so the session is no longer its own (I7).
+    #[error("session {id} is another attempt's now (its event {seq} came after this one's last)")]
+    Superseded { id: SessionId, seq: u64 },
+    /// The database could not be reached, or its connection was lost with the write not
+    /// committed (or not known to be): nothing is known written; try again.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     #[error("cannot open database {path}: {source}")]
     Open {
         path: PathBuf,

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use super::ledger::{LedgerEntry, UsageReport};
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
+pub use super::mark::AttemptMark;
 use super::pg::PgStore;
 use super::{OlderSchema, Result, SessionRow, SqliteStore, SqliteWriter, StoreError, StoreOptions};
 use crate::clock::Clock;
@@ -133,6 +134,25 @@ pub trait WriteTxn {
     fn exists(&mut self, id: SessionId) -> Result<bool>;
     /// Every event of the session, as of this transaction.
     fn events(&mut self, id: SessionId) -> Result<Vec<Event>>;
+    /// The session's events after `after_seq`, oldest first, as of this transaction (on
+    /// PostgreSQL with the session's row locked, so no other append comes in between).
+    fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>>;
+    /// Appends `payload` for the running attempt `mark`, unless another attempt wrote to
+    /// the session after the attempt's own newest write ([`StoreError::Superseded`]): I7
+    /// across servers checked in the append's own transaction, so an attempt that lost its
+    /// session between its claim check and this write lands nothing.
+    fn append_for(
+        &mut self,
+        mark: &AttemptMark,
+        id: SessionId,
+        payload: &Payload,
+    ) -> Result<Event> {
+        let later = self.events_after(id, mark.after)?;
+        if let Some(e) = later.iter().find(|e| mark.superseded_by(e)) {
+            return Err(StoreError::Superseded { id, seq: e.seq });
+        }
+        self.append(id, payload)
+    }
     /// Imports a whole session's log byte for byte (export's other half).
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
     /// Appends imported events that continue the session's seqs exactly.
@@ -153,11 +173,20 @@ pub trait WriteTxn {
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64>;
 }
 
+/// Whether a write's closure may run a second time (see [`Backend::write`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rerun {
+    Allowed,
+    Never,
+}
+
 /// One store's side of the seam: its reads, and a write transaction.
 pub trait Backend: Send + Sync {
     /// Runs `f` in one write transaction, committed before this returns `Ok`; rolled back
-    /// (everything `f` wrote) when `f` fails.
-    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()>;
+    /// (everything `f` wrote) when `f` fails. With [`Rerun::Allowed`], a store whose
+    /// connection can die under it (PostgreSQL) runs `f` once more on a fresh one when the
+    /// first transaction surely did not commit.
+    fn write(&self, rerun: Rerun, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()>;
     fn session(&self, id: SessionId) -> Result<SessionRow>;
     fn last_seq(&self, id: SessionId) -> Result<u64>;
     fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>>;
@@ -251,11 +280,27 @@ impl Store {
 
     /// Runs `f` inside one write transaction that is committed before this returns `Ok`.
     /// If `f` fails, everything it wrote is rolled back and its error returned. `f` must
-    /// not call `write` itself.
-    pub fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
+    /// not call `write` itself. `f` may run twice: when the database connection was lost
+    /// before the first run's transaction committed (PostgreSQL), it runs once more on a
+    /// fresh connection (its effects outside the transaction should bear that).
+    pub fn write<T>(&self, mut f: impl FnMut(&mut Writer<'_>) -> Result<T>) -> Result<T> {
+        let mut out = None;
+        self.backend.write(Rerun::Allowed, &mut |w| {
+            out = Some(f(w)?);
+            Ok(())
+        })?;
+        out.ok_or(StoreError::Refused(
+            "a write committed without running its closure",
+        ))
+    }
+
+    /// [`Store::write`] for a closure that runs at most once (it consumes what it writes,
+    /// an import's stream): a connection lost after it ran is
+    /// [`StoreError::Unavailable`], never a second run.
+    pub fn write_once<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> Result<T>) -> Result<T> {
         let mut f = Some(f);
         let mut out = None;
-        self.backend.write(&mut |w| {
+        self.backend.write(Rerun::Never, &mut |w| {
             let f = f
                 .take()
                 .ok_or(StoreError::Refused("a write ran its closure twice"))?;
@@ -354,7 +399,8 @@ impl Store {
 }
 
 impl Backend for SqliteStore {
-    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
+    // One local file: no connection dies under a write, nothing is ever run twice.
+    fn write(&self, _: Rerun, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
         SqliteStore::write(self, |w| f(w))
     }
     fn session(&self, id: SessionId) -> Result<SessionRow> {
@@ -446,6 +492,9 @@ impl WriteTxn for SqliteWriter<'_> {
     }
     fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
         SqliteWriter::events(self, id)
+    }
+    fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
+        SqliteWriter::events_after(self, id, after_seq)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         SqliteWriter::import_session(self, id, events)

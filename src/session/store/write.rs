@@ -218,6 +218,11 @@ impl<'a> SqliteWriter<'a> {
         super::read::events_after(self.conn, id, 0, None)
     }
 
+    /// The session's events after `after_seq` (the one writer: nobody appends meanwhile).
+    pub fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
+        super::read::events_after(self.conn, id, after_seq, None)
+    }
+
     /// Appends events an import made (see [`super::copy::extend_imported`], shared with
     /// the PostgreSQL store).
     pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
@@ -294,7 +299,7 @@ impl<'a> SqliteWriter<'a> {
 impl Store {
     /// Creates a session with its `session_started` event.
     pub fn create_session(&self, title: Option<String>, system: String) -> Result<SessionRow> {
-        self.write(|w| w.create_session(title, system))
+        self.write(|w| w.create_session(title.clone(), system.clone()))
     }
 
     /// Appends one event (see [`Writer::append`]).
@@ -304,7 +309,7 @@ impl Store {
 
     /// Renames a session (see [`Writer::rename`]).
     pub fn rename(&self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        self.write(|w| w.rename(id, title, by))
+        self.write(|w| w.rename(id, title.clone(), by))
     }
 
     /// Archives or unarchives a session (see [`Writer::set_archived`]).

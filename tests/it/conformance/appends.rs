@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Barrier};
 
 use brain::session::StoreError;
+use brain::session::events::{Payload, PendingState, TitledBy};
+use brain::session::store::AttemptMark;
 
 use super::{Db, log, new_session, seqs};
 use crate::support::{assert_gapless, user};
@@ -18,6 +20,7 @@ conformance!(
     a_failed_write_closure_rolls_back_everything_it_appended,
     session_started_is_written_only_at_creation,
     a_read_then_write_sees_no_other_write_in_between,
+    an_attempts_append_is_refused_once_another_attempt_wrote_after_its_last,
 );
 
 fn eight_threads_appending_to_one_session_get_gapless_unique_seqs(db: &Db) {
@@ -186,4 +189,51 @@ fn postgres_appends_to_different_sessions_never_wait_for_each_other() {
         2
     );
     assert_eq!(seqs(&log(&store, a)), vec![1, 2]);
+}
+
+/// I7 across servers in the write itself (issue 27): an attempt's append carries its own
+/// last seq and is refused, writing nothing, once another attempt's event follows it; a
+/// title written meanwhile (another turn's title job, a rename) leaves it its session.
+fn an_attempts_append_is_refused_once_another_attempt_wrote_after_its_last(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let turn = store.append(id, &user("mine")).unwrap().seq;
+    let checkpoint = |text: &str| {
+        Payload::PendingState(PendingState {
+            turn,
+            attempt: 1,
+            text: text.into(),
+            reasoning: None,
+            ended: None,
+        })
+    };
+    let mark = AttemptMark {
+        turn,
+        attempt: 1,
+        after: turn,
+    };
+    store.rename(id, "a title".into(), TitledBy::Auto).unwrap();
+    let mine = store
+        .write(|w| w.append_for(&mark, id, &checkpoint("one")))
+        .expect("a title is not another attempt");
+    let mark = AttemptMark {
+        after: mine.seq,
+        ..mark
+    };
+    let theirs = store
+        .append(id, &user("another server's turn"))
+        .unwrap()
+        .seq;
+    let e = store
+        .write(|w| w.append_for(&mark, id, &checkpoint("two")))
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::Superseded { seq, .. } if seq == theirs),
+        "{e:?}"
+    );
+    assert_eq!(
+        log(&store, id).last().unwrap().seq,
+        theirs,
+        "nothing written"
+    );
 }

@@ -7,7 +7,10 @@
 //! single-writer rule (MVCC), so each [`super::Store::write`] is one transaction on a
 //! connection of its own, and a session's `seq` is serialised by locking its row
 //! ([`write`]). Reads run under a `statement_timeout` ([`READ_TIMEOUT`]): a read past it
-//! is [`StoreError::ReadTimeout`], and its connection is free again. Migrations (`migrations/postgres`) run at open under an advisory lock, so
+//! is [`StoreError::ReadTimeout`], and its connection is free again. A connection that
+//! died unseen (a restart) is replaced and the read or write run once more only when that
+//! cannot write twice, else [`StoreError::Unavailable`] ([`retry`]). Migrations
+//! (`migrations/postgres`) run at open under an advisory lock, so
 //! servers starting together do not race. A read-only open migrates nothing and its
 //! connections refuse writes (`default_transaction_read_only`). TLS is used when the URL
 //! asks for it (`sslmode=prefer|require`), verified against the Mozilla roots; no
@@ -19,6 +22,9 @@ mod fixture;
 pub mod ledger;
 pub mod list;
 pub mod read;
+pub mod retry;
+#[cfg(test)]
+mod retry_tests;
 pub mod rows;
 pub mod snippet;
 pub mod testdb;
@@ -35,7 +41,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::ledger::UsageReport;
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
-use super::seam::{Backend, Writer};
+use super::seam::{Backend, Rerun, Writer};
 use super::{OlderSchema, Result, SessionRow, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::config;
@@ -66,7 +72,8 @@ pub const WRITE_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// PostgreSQL's code for a statement cancelled by `statement_timeout`.
 const QUERY_CANCELED: &str = "57014";
 
-type Manager = PostgresConnectionManager<MakeRustlsConnect>;
+type Tls = MakeRustlsConnect;
+type Manager = PostgresConnectionManager<Tls>;
 
 /// The event log in one PostgreSQL database.
 pub struct PgStore {
@@ -74,6 +81,10 @@ pub struct PgStore {
     reads: r2d2::Pool<Manager>,
     /// Write transactions' connections, never taken by a read.
     writes: r2d2::Pool<Manager>,
+    /// How the pools connect, for a fresh connection outside them ([`retry`]).
+    fresh_reads: Config,
+    fresh_writes: Config,
+    tls: Tls,
     clock: Clock,
     /// The URL without its password, for messages.
     shown: PathBuf,
@@ -145,7 +156,10 @@ impl PgStore {
             .max_size(options.readers.max(1))
             .min_idle(Some(0))
             .connection_timeout(config::READER_WAIT)
-            .build(PostgresConnectionManager::new(read_config, tls.clone()))?;
+            .build(PostgresConnectionManager::new(
+                read_config.clone(),
+                tls.clone(),
+            ))?;
         let writes = r2d2::Pool::builder()
             .max_size(if read_only { 1 } else { WRITE_CONNECTIONS })
             .min_idle(Some(0))
@@ -154,10 +168,16 @@ impl PgStore {
             // the server dropped fails the one call that meets it, and r2d2 discards it
             // as broken (`is_closed`) when it comes back.
             .test_on_check_out(false)
-            .build(PostgresConnectionManager::new(write_config, tls))?;
+            .build(PostgresConnectionManager::new(
+                write_config.clone(),
+                tls.clone(),
+            ))?;
         Ok(PgStore {
             reads,
             writes,
+            fresh_reads: read_config,
+            fresh_writes: write_config,
+            tls,
             clock: options.clock,
             shown: PathBuf::from(without_password(url)),
             read_only,
@@ -180,18 +200,18 @@ impl PgStore {
         )
     }
 
-    /// Runs one read on a read connection; a statement cancelled by [`READ_TIMEOUT`] is
+    /// Runs one read on a read connection (again on a fresh one if that one was lost,
+    /// [`retry`]); a statement cancelled by [`READ_TIMEOUT`] is
     /// [`StoreError::ReadTimeout`].
-    fn read<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
-        let mut conn = self.reads.get()?;
-        f(&mut conn).map_err(timed_out)
+    fn read<T>(&self, f: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
+        self.read_retrying(f).map_err(timed_out)
     }
 
     /// Runs a read of several statements in one read-only `REPEATABLE READ` transaction, so
     /// it sees one moment of the log (as SQLite's reader transactions do).
     fn in_snapshot<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T>,
+        mut f: impl FnMut(&mut postgres::Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
         self.read(|conn| {
             let mut tx = read::snapshot(conn)?;
@@ -203,15 +223,11 @@ impl PgStore {
 }
 
 impl Backend for PgStore {
-    fn write(&self, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
+    fn write(&self, rerun: Rerun, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
-        let mut conn = self.writes.get()?;
-        let mut tx = conn.transaction()?;
-        f(&mut write::PgWriter::new(&mut tx, &self.clock))?;
-        tx.commit()
-            .map_err(|e| StoreError::CommitFailed(e.to_string()))
+        self.write_retrying(rerun, f)
     }
     fn session(&self, id: SessionId) -> Result<SessionRow> {
         self.read(|c| read::session(c, id))

@@ -7,7 +7,7 @@ use crate::session::events::{Event, Payload, Rewind, SessionId, UserMessage, kin
 use crate::session::projection::check_edit;
 use crate::session::store::{Result, SessionRow};
 
-impl PgWriter<'_, '_> {
+impl PgWriter<'_> {
     /// See the SQLite store's `edit`: the rewind and the new message together, under the
     /// session's row lock so no append slips between the check and them.
     pub(super) fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {

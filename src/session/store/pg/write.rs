@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 
-use postgres::Transaction;
+use postgres::Client;
 use postgres::types::{ToSql, Type};
 
 use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
@@ -35,15 +35,17 @@ use crate::session::store::seam::WriteTxn;
 use crate::session::store::{Result, SessionRow, StoreError};
 
 /// The open PostgreSQL write transaction.
-pub struct PgWriter<'t, 'c> {
-    tx: &'t mut Transaction<'c>,
+pub struct PgWriter<'t> {
+    tx: &'t mut Client,
     clock: &'t Clock,
     /// Sessions whose row this transaction holds locked (or created).
     locked: HashSet<SessionId>,
 }
 
-impl<'t, 'c> PgWriter<'t, 'c> {
-    pub fn new(tx: &'t mut Transaction<'c>, clock: &'t Clock) -> PgWriter<'t, 'c> {
+impl<'t> PgWriter<'t> {
+    /// The writer of the transaction open on `tx` (its `BEGIN` sent, its `COMMIT` the
+    /// caller's: [`super::retry`]).
+    pub fn new(tx: &'t mut Client, clock: &'t Clock) -> PgWriter<'t> {
         PgWriter {
             tx,
             clock,
@@ -51,7 +53,7 @@ impl<'t, 'c> PgWriter<'t, 'c> {
         }
     }
 
-    pub(super) fn tx(&mut self) -> &mut Transaction<'c> {
+    pub(super) fn tx(&mut self) -> &mut Client {
         self.tx
     }
 
@@ -416,7 +418,7 @@ fn as_seq(seq: i64) -> Result<u64> {
     u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("a negative seq ({seq})")))
 }
 
-impl WriteTxn for PgWriter<'_, '_> {
+impl WriteTxn for PgWriter<'_> {
     fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
         PgWriter::create_session(self, title, system)
     }
@@ -447,6 +449,9 @@ impl WriteTxn for PgWriter<'_, '_> {
     fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
         PgWriter::events_after(self, id, 0, None)
     }
+    fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
+        PgWriter::events_after(self, id, after_seq, None)
+    }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         PgWriter::import_session(self, id, events)
     }
@@ -473,7 +478,7 @@ impl WriteTxn for PgWriter<'_, '_> {
     }
 }
 
-impl crate::session::store::copy::Rows for PgWriter<'_, '_> {
+impl crate::session::store::copy::Rows for PgWriter<'_> {
     fn now(&self) -> String {
         self.clock().now_string()
     }
