@@ -239,16 +239,25 @@ pub(super) fn decided(
     id: SessionId,
     call_id: &str,
 ) -> Result<Option<Decided>, StoreError> {
+    Ok(newest_question(store, id, call_id)?.and_then(|(_, d)| d))
+}
+
+/// The newest question about `call_id` (its seq) and how it was decided, if it was.
+pub(super) fn newest_question(
+    store: &Store,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Option<(u64, Option<Decided>)>, StoreError> {
     let events = store.permission_events(id, call_id)?;
     let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
     let questions = questions(&decoded);
-    Ok(questions
-        .newest(call_id)
-        .and_then(|(_, _, answer)| answer)
-        .map(|a| Decided {
+    Ok(questions.newest(call_id).map(|(seq, _, answer)| {
+        let decided = answer.map(|a| Decided {
             decision: a.decision.clone(),
             by: a.by.clone(),
-        }))
+        });
+        (seq, decided)
+    }))
 }
 
 /// The questions and answers among `decoded` (seq order).

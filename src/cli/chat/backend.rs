@@ -197,6 +197,7 @@ impl Local {
             tools,
             coordinator(&db)?,
         );
+        super::super::serve::recover_questions(&engine);
         Ok(Local {
             engine,
             store,
