@@ -16,9 +16,9 @@ use crate::tools_loop::{call_url, kinds, session, stream, streamed, until};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A brain serving `db`; SIGKILLed on drop unless it already exited.
-struct Serving {
-    child: Child,
-    url: String,
+pub(crate) struct Serving {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl Drop for Serving {
@@ -29,12 +29,12 @@ impl Drop for Serving {
 }
 
 /// Where a stand-in writes what it did, in a temp dir.
-struct Stand {
+pub(crate) struct Stand {
     dir: tempfile::TempDir,
 }
 
 impl Stand {
-    fn new() -> Stand {
+    pub(crate) fn new() -> Stand {
         Stand {
             dir: tempfile::tempdir().unwrap(),
         }
@@ -63,7 +63,7 @@ impl Stand {
     }
 
     /// `--mcp-config` naming one stand-in server `s` with `tools`, all allowed but `ask`.
-    fn config(&self, tools: &str, timeout_s: Option<u64>) -> PathBuf {
+    pub(crate) fn config(&self, tools: &str, timeout_s: Option<u64>) -> PathBuf {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/stand_in.py");
         let allowed: Vec<&str> = tools.split(',').filter(|t| *t != "ask").collect();
         let mut server = json!({"command": "python3", "args": [script], "allow": allowed,
@@ -78,7 +78,7 @@ impl Stand {
     }
 }
 
-fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving {
+pub(crate) fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving {
     let (child, url) = spawn_serve(
         serve_command(db, &mock.url)
             .arg("--mcp-config")
@@ -88,7 +88,7 @@ fn serve(db: &TempDb, mock: &MockLlm, config: &Path, extra: &[&str]) -> Serving 
     Serving { child, url }
 }
 
-fn log(url: &str, id: &str) -> Vec<Value> {
+pub(crate) fn log(url: &str, id: &str) -> Vec<Value> {
     let (status, v) = call_url(url, &format!("/v1/sessions/{id}/events"));
     assert_eq!(status, 200, "{v}");
     v["events"].as_array().unwrap().clone()
@@ -138,7 +138,7 @@ fn call(id: &str, name: &str, args: Value) -> Value {
 }
 
 /// Sends `message` and collects the frames up to the end.
-fn turn(url: &str, id: &str, message: &str) -> (Value, Vec<Value>) {
+pub(crate) fn turn(url: &str, id: &str, message: &str) -> (Value, Vec<Value>) {
     let frames = stream(
         url,
         &format!("/v1/sessions/{id}/messages"),
