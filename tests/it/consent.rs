@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::server::agent;
 use crate::support::*;
-use crate::tools_faults::{Serving, Stand, log, serve, turn};
+use crate::tools_faults::{Stand, log, serve, turn};
 use crate::tools_loop::{call_url, session, stream, until};
 
 /// A call with no id: brain names it `call_0`, in every turn.
@@ -57,13 +57,13 @@ fn resolutions(events: &[Value]) -> Vec<&Value> {
 
 /// Starts a turn whose model asks for `s__ask` without an id, then answers; returns the
 /// frames and waits for the question.
-fn ask(b: &Serving, mock: &MockLlm, id: &str, message: &str) -> std::sync::mpsc::Receiver<Value> {
+fn ask(url: &str, mock: &MockLlm, id: &str, message: &str) -> std::sync::mpsc::Receiver<Value> {
     mock.script(json!([
         {"kind": "stream", "tool_calls": [ask_without_id()]},
         {"kind": "stream", "text": "Done."},
     ]));
     let frames = stream(
-        &b.url,
+        url,
         &format!("/v1/sessions/{id}/messages"),
         json!({"message": message}),
     );
@@ -81,7 +81,7 @@ fn a_call_id_repeated_across_turns_shows_each_turns_own_decision() {
     let b = serve(&db, &mock, &stand.config("echo,ask", None), &[]);
     let id = session(&b.url);
     for (message, decision) in [("first", "deny"), ("second", "allow")] {
-        let frames = ask(&b, &mock, &id, message);
+        let frames = ask(&b.url, &mock, &id, message);
         assert_eq!(answer(&b.url, &id, "call_0", decision).0, 200);
         let mut seen = Vec::new();
         let end = until(&frames, "end", &mut seen);
@@ -129,7 +129,7 @@ fn racing_answers_get_one_200_and_409s_naming_the_decision_that_stands() {
     let db = TempDb::new();
     let b = serve(&db, &mock, &stand.config("echo,ask", None), &[]);
     let id = session(&b.url);
-    let frames = ask(&b, &mock, &id, "race");
+    let frames = ask(&b.url, &mock, &id, "race");
     let racers = 16;
     let start = Arc::new(Barrier::new(racers));
     let answers: Vec<_> = (0..racers)
@@ -153,7 +153,10 @@ fn racing_answers_get_one_200_and_409s_naming_the_decision_that_stands() {
     for (_, (status, body)) in answers.iter().filter(|(_, (s, _))| *s != 200) {
         assert_eq!(*status, 409, "{body}");
         assert_eq!(body["error"], "already_decided", "{body}");
-        assert_eq!((&body["decision"], &body["by"]), (&json!(won[0]), &json!("user")));
+        assert_eq!(
+            (&body["decision"], &body["by"]),
+            (&json!(won[0]), &json!("user"))
+        );
     }
     let mut seen = Vec::new();
     until(&frames, "end", &mut seen);
@@ -180,7 +183,7 @@ fn an_answer_after_the_timeout_decided_is_told_the_timeout_stands() {
         &["--permission-timeout", "1"],
     );
     let id = session(&b.url);
-    let frames = ask(&b, &mock, &id, "too slow");
+    let frames = ask(&b.url, &mock, &id, "too slow");
     let mut seen = Vec::new();
     until(&frames, "permission_resolved", &mut seen);
     let (status, body) = answer(&b.url, &id, "call_0", "allow");
@@ -201,7 +204,7 @@ fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start(
     let config = stand.config("echo,ask", None);
     let mut b = serve(&db, &mock, &config, &[]);
     let id = session(&b.url);
-    let _frames = ask(&b, &mock, &id, "ask, then die");
+    let _frames = ask(&b.url, &mock, &id, "ask, then die");
     b.child.kill().unwrap(); // SIGKILL
     b.child.wait().unwrap();
     let b = serve(&db, &mock, &config, &[]);
@@ -237,4 +240,66 @@ fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start(
     drop(b);
     let b = serve(&db, &mock, &config, &[]);
     assert_eq!(resolutions(&log(&b.url, &id)).len(), 1);
+}
+
+/// Team mode (SPEC §16): a server that starts while another one's attempt waits on a
+/// question leaves that question alone (the other server holds the session); answers
+/// racing through both servers get one 200, the loser a 409 naming the winner; a question
+/// whose server was SIGKILLed is closed by the next server that starts.
+#[test]
+fn in_a_team_a_start_closes_only_questions_no_server_runs_and_a_race_across_servers_has_one_winner()
+{
+    let Some(pg) = brain::session::store::pg::testdb::fresh("consent_team_questions") else {
+        return;
+    };
+    let mock = MockLlm::start(&[]);
+    let stand = Stand::new();
+    let config = stand.config("echo,ask", None);
+    let extra = [std::ffi::OsStr::new("--mcp-config"), config.as_os_str()];
+    let mut a = crate::team_e2e::serve_with(&pg.url, &mock, &extra);
+    let id = session(&a.url);
+    let frames = ask(&a.url, &mock, &id, "ask on a");
+    let mut seen = Vec::new();
+    // B starts while A's attempt waits: A's question is not B's to close.
+    let b = crate::team_e2e::serve_with(&pg.url, &mock, &extra);
+    assert!(resolutions(&log(&b.url, &id)).is_empty());
+    let start = Arc::new(Barrier::new(2));
+    let racers: Vec<_> = [(a.url.clone(), "allow"), (b.url.clone(), "deny")]
+        .into_iter()
+        .map(|(url, decision)| {
+            let (id, start) = (id.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                (decision, answer(&url, &id, "call_0", decision))
+            })
+        })
+        .collect();
+    let answers: Vec<(&str, (u16, Value))> =
+        racers.into_iter().map(|h| h.join().unwrap()).collect();
+    let won: Vec<&str> = answers
+        .iter()
+        .filter(|(_, (s, _))| *s == 200)
+        .map(|(d, _)| *d)
+        .collect();
+    assert_eq!(won.len(), 1, "{answers:#?}");
+    let lost = answers.iter().find(|(_, (s, _))| *s != 200).unwrap();
+    assert_eq!(lost.1.0, 409, "{answers:#?}");
+    assert_eq!(lost.1.1["decision"], won[0], "{answers:#?}");
+    until(&frames, "end", &mut seen);
+    let resolved = resolutions(&log(&b.url, &id)).len();
+    assert_eq!(resolved, 1);
+    // A is killed while its next question waits; B, running all along, leaves it (it
+    // recovers only at its start), and the next server to start closes it.
+    let _frames = ask(&a.url, &mock, &id, "ask again");
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let c = crate::team_e2e::serve_with(&pg.url, &mock, &extra);
+    let events = log(&c.url, &id);
+    let last = resolutions(&events).pop().cloned().unwrap();
+    assert_eq!(
+        (&last["decision"], &last["by"]),
+        (&json!("deny"), &json!("restart"))
+    );
+    assert_eq!(resolutions(&events).len(), 2);
+    drop(b);
 }
