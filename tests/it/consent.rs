@@ -196,17 +196,23 @@ fn an_answer_after_the_timeout_decided_is_told_the_timeout_stands() {
     assert_eq!(resolutions(&log(&b.url, &id)).len(), 1);
 }
 
+/// A new session on a server on `db`, SIGKILLed while its question waits; its id.
+fn killed_while_asking(db: &TempDb, mock: &MockLlm, config: &std::path::Path) -> String {
+    let mut b = serve(db, mock, config, &[]);
+    let id = session(&b.url);
+    let _frames = ask(&b.url, mock, &id, "ask, then die");
+    b.child.kill().unwrap(); // SIGKILL
+    b.child.wait().unwrap();
+    id
+}
+
 #[test]
 fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start() {
     let mock = MockLlm::start(&[]);
     let stand = Stand::new();
     let db = TempDb::new();
     let config = stand.config("echo,ask", None);
-    let mut b = serve(&db, &mock, &config, &[]);
-    let id = session(&b.url);
-    let _frames = ask(&b.url, &mock, &id, "ask, then die");
-    b.child.kill().unwrap(); // SIGKILL
-    b.child.wait().unwrap();
+    let id = killed_while_asking(&db, &mock, &config);
     let b = serve(&db, &mock, &config, &[]);
     let events = log(&b.url, &id);
     let resolved = resolutions(&events);
@@ -302,4 +308,30 @@ fn in_a_team_a_start_closes_only_questions_no_server_runs_and_a_race_across_serv
     );
     assert_eq!(resolutions(&events).len(), 2);
     drop(b);
+}
+
+/// An in-process `brain chat` starts an engine too: it closes what a kill left waiting.
+#[test]
+fn an_in_process_chat_closes_a_question_a_killed_server_left_waiting() {
+    let mock = MockLlm::start(&[]);
+    let stand = Stand::new();
+    let db = TempDb::new();
+    let config = stand.config("echo,ask", None);
+    let id = killed_while_asking(&db, &mock, &config);
+    let out = run_brain_on(&db, &["chat", "--provider-url", &mock.url], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = brain::session::Store::open(&db.path(), Default::default()).unwrap();
+    let resolved: Vec<Value> = store
+        .events(id.parse().unwrap(), 0, None)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "permission_resolved")
+        .map(|e| serde_json::from_str(&e.payload).unwrap())
+        .collect();
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert_eq!(resolved[0]["by"], "restart");
 }
