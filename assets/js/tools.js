@@ -116,6 +116,8 @@ export function permissionElement(item, sessionId) {
         await api('/v1/sessions/' + sessionId + '/permissions/' + encodeURIComponent(item.call_id), { method: 'POST', body: { decision, remember } });
         showDecision(node, decision, 'user', remember);
       } catch (e) {
+        // Decided first elsewhere (another tab, the terminal, the timeout): say what stands.
+        if (e.code === 'already_decided') { showDecision(node, e.data.decision, e.data.by, false); return; }
         answer.textContent = 'Could not answer: ' + e.message;
         buttons.querySelectorAll('button').forEach((x) => { x.disabled = false; });
       }
