@@ -2,6 +2,8 @@
 //! `permission_requested`, sends a `permission` frame and waits — on the attempt's own
 //! thread, holding no writer and no HTTP worker — for `POST …/permissions/{call_id}`, its
 //! timeout, a `/stop` or the shutdown; then `permission_resolved` says who decided what.
+//! The first of them decides; every answer after it is told that decision (409
+//! `already_decided`, from the attempt's slot while it runs, else from the log).
 //! `remember` allows that tool for the rest of the session; the log keeps it, so a restart
 //! keeps it too ([`Remembered`] reads it back).
 
