@@ -18,7 +18,7 @@ export async function api(path, opts = {}) {
   if (res.status === 401) { askToken(); throw new Error('an API token is needed'); }
   if (res.status === 204) return null;
   const data = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(data.message || ('HTTP ' + res.status));
+  if (!res.ok) throw Object.assign(new Error(data.message || ('HTTP ' + res.status)), { code: data.error, data });
   return data;
 }
 

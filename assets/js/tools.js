@@ -71,6 +71,7 @@ function decisionWords(decision, by, remember) {
   if (by === 'timeout') return 'Denied: nobody answered in time.';
   if (by === 'stop') return 'Not run: the answer was stopped.';
   if (by === 'shutdown') return 'Not run: brain shut down.';
+  if (by === 'restart') return 'Not run: brain restarted before anyone answered.';
   if (by === 'user') return 'You denied this call.';
   return 'Denied.';
 }
@@ -92,6 +93,9 @@ export function permissionElement(item, sessionId) {
   const node = el('div', 'permission');
   node.dataset.callId = item.call_id;
   node.dataset.seq = item.seq;
+  // A call id names a call only within its attempt (`call_0` may come every turn).
+  if (item.turn != null) node.dataset.turn = item.turn;
+  if (item.attempt != null) node.dataset.attempt = item.attempt;
   // The whole arguments: they are what the person decides about (a path, a command).
   const q = el('div', 'permission-q');
   q.append('Allow ', el('code', 'tool-name', item.name), '?');
@@ -112,6 +116,8 @@ export function permissionElement(item, sessionId) {
         await api('/v1/sessions/' + sessionId + '/permissions/' + encodeURIComponent(item.call_id), { method: 'POST', body: { decision, remember } });
         showDecision(node, decision, 'user', remember);
       } catch (e) {
+        // Decided first elsewhere (another tab, the terminal, the timeout): say what stands.
+        if (e.code === 'already_decided') { showDecision(node, e.data.decision, e.data.by, false); return; }
         answer.textContent = 'Could not answer: ' + e.message;
         buttons.querySelectorAll('button').forEach((x) => { x.disabled = false; });
       }
@@ -136,6 +142,14 @@ export function lastQuestion(root) {
   return all.length ? all[all.length - 1] : null;
 }
 
+// The newest question in `t` about `callId` of the attempt (`turn`, `attempt`) (`sel`
+// narrows it: pending ones only), never one of an earlier turn with the same call id.
+function questionOf(t, sel, callId, turn, attempt) {
+  const mine = (n) => n.dataset.callId === callId && (turn == null || n.dataset.turn == null
+    || (Number(n.dataset.turn) === turn && Number(n.dataset.attempt) === attempt));
+  return [...t.querySelectorAll(sel)].filter(mine).pop();
+}
+
 // Follows one attempt's tool frames into the transcript `t`: rows go before the live answer
 // (`place(node)`), as the transcript shows them once the answer is saved. `/live` replays
 // the attempt from its start, so what the transcript already shows (the call by its turn,
@@ -158,13 +172,13 @@ export function toolFrames(t, sessionId, place) {
       const call = calls.get(f.call_id);
       if (call && call.dataset.status === 'running') setResult(call, { status: 'asking' });
       if (shown) return true;
-      const node = permissionElement({ ...f, decision: null }, sessionId);
+      const node = permissionElement({ ...f, turn, attempt, decision: null }, sessionId);
       if (call && call.isConnected) call.before(node); else place(node);
       return true;
     }
     if (f.type === 'permission_resolved') {
       // Answered here, in another tab, in the terminal, or by the timeout: say who decided.
-      const q = [...t.querySelectorAll('.permission')].filter((n) => n.dataset.callId === f.call_id).pop();
+      const q = questionOf(t, '.permission', f.call_id, turn, attempt);
       if (q) showDecision(q, f.decision, f.by, f.remember);
       return true;
     }
@@ -174,7 +188,7 @@ export function toolFrames(t, sessionId, place) {
       if (node && saved && saved !== node) node.remove();
       else if (node) { setResult(node, f); if (f.seq != null) node.dataset.seq = f.seq; }
       // Answered elsewhere (another tab, the terminal): the question says how it ended.
-      const q = [...t.querySelectorAll('.permission.pending')].filter((n) => n.dataset.callId === f.call_id).pop();
+      const q = questionOf(t, '.permission.pending', f.call_id, turn, attempt);
       if (q) {
         if (f.status === 'cancelled') settle(q, 'Not run: the answer was stopped.', 'denied');
         else showDecision(q, f.status === 'denied' ? 'deny' : 'allow', null, false);

@@ -454,6 +454,8 @@ impl Gen {
                     });
                     push(&mut out, &mut now, &mut self.rng, p);
                     let p = Payload::PermissionResolved(PermissionResolved {
+                        turn: Some(turn),
+                        attempt: Some(1),
                         call_id,
                         decision: "allow".into(),
                         by: "user".into(),

@@ -16,6 +16,9 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    /// Fields the body carries beside `error` and `message` (what `already_decided` says
+    /// stands).
+    pub fields: Vec<(&'static str, String)>,
 }
 
 impl ApiError {
@@ -24,6 +27,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            fields: Vec::new(),
         }
     }
 
@@ -46,7 +50,11 @@ impl ApiError {
     }
 
     pub fn body(&self) -> String {
-        json!({"error": self.code, "message": self.message}).to_string()
+        let mut body = json!({"error": self.code, "message": self.message});
+        for (name, value) in &self.fields {
+            body[*name] = json!(value);
+        }
+        body.to_string()
     }
 }
 
@@ -114,6 +122,13 @@ impl From<EngineError> for ApiError {
             EngineError::NoPendingPermission => {
                 ApiError::new(404, "no_pending_permission", e.to_string())
             }
+            EngineError::AlreadyDecided(ref d) => {
+                let fields = vec![("decision", d.decision.clone()), ("by", d.by.clone())];
+                ApiError {
+                    fields,
+                    ..ApiError::new(409, "already_decided", e.to_string())
+                }
+            }
             EngineError::ShuttingDown | EngineError::Unavailable(_) => {
                 ApiError::new(503, "unavailable", e.to_string())
             }
@@ -162,6 +177,17 @@ mod tests {
         }
         .into();
         assert_eq!((e.status, e.code), (409, "turn_in_flight"));
+        let e: ApiError = EngineError::AlreadyDecided(crate::chat::consent::Decided {
+            decision: "deny".into(),
+            by: "timeout".into(),
+        })
+        .into();
+        assert_eq!((e.status, e.code), (409, "already_decided"));
+        let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(
+            (&body["decision"], &body["by"]),
+            (&json!("deny"), &json!("timeout"))
+        );
         let e: ApiError = CursorError::Half.into();
         assert_eq!((e.status, e.code), (400, "bad_request"));
         let body: serde_json::Value = serde_json::from_str(&e.body()).unwrap();

@@ -2,6 +2,8 @@
 //! `permission_requested`, sends a `permission` frame and waits — on the attempt's own
 //! thread, holding no writer and no HTTP worker — for `POST …/permissions/{call_id}`, its
 //! timeout, a `/stop` or the shutdown; then `permission_resolved` says who decided what.
+//! The first of them decides; every answer after it is told that decision (409
+//! `already_decided`, from the attempt's slot while it runs, else from the log).
 //! `remember` allows that tool for the rest of the session; the log keeps it, so a restart
 //! keeps it too ([`Remembered`] reads it back).
 
@@ -16,6 +18,7 @@ use crate::session::compactor::Interrupt;
 use crate::session::events::{
     Decoded, Payload, PermissionRequested, PermissionResolved, kind, resolved_by,
 };
+use crate::session::projection::Questions;
 use crate::session::{SessionId, Store, StoreError};
 
 /// The user's answer.
@@ -25,10 +28,14 @@ pub struct Answer {
     pub remember: bool,
 }
 
-/// The question an attempt waits on.
+/// The question an attempt asks, and how it was decided once it is: the first answer, the
+/// timeout, a stop or the shutdown, whichever takes `decided` first (under the turn's
+/// `consent` lock), stands; everything after is told it (409 `already_decided`).
 pub struct Waiting {
     call_id: String,
-    answer: mpsc::Sender<Answer>,
+    /// Wakes the waiting attempt when an answer is put in `decided`.
+    wake: mpsc::Sender<()>,
+    decided: Option<Resolution>,
 }
 
 /// How a question ended.
@@ -38,6 +45,29 @@ pub struct Resolution {
     /// One of `resolved_by`.
     pub by: &'static str,
     pub remember: bool,
+}
+
+impl Resolution {
+    fn user(a: Answer) -> Resolution {
+        Resolution {
+            allow: a.allow,
+            by: resolved_by::USER,
+            remember: a.allow && a.remember,
+        }
+    }
+
+    fn decision(&self) -> &'static str {
+        if self.allow { "allow" } else { "deny" }
+    }
+}
+
+/// The decision that stands on a question answered again (409 `already_decided`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// One of `resolved_by`.
+    pub by: String,
 }
 
 /// Asks the user about one call and waits for the answer, the timeout, a stop or the
@@ -55,10 +85,11 @@ pub(super) fn ask(
     if !turn.keep_claim(&inner.store) {
         return Err(StoreError::Refused(CLAIM_LOST));
     }
-    let (tx, rx) = mpsc::channel();
+    let (wake, woken) = mpsc::channel();
     *lock(&turn.consent) = Some(Waiting {
         call_id: call_id.to_owned(),
-        answer: tx,
+        wake,
+        decided: None,
     });
     let asked = turn.append(
         &inner.store,
@@ -90,51 +121,39 @@ pub(super) fn ask(
         seq: asked.seq,
     });
     let deadline = Instant::now() + timeout;
-    // A stop, the shutdown or the timeout ends the wait; an answer that arrived just
-    // before counts (the slot is closed first, so no answer is ever taken and ignored).
-    let late_answer = |by: &'static str| {
-        lock(&turn.consent).take();
-        match rx.try_recv() {
-            Ok(a) => Resolution {
-                allow: a.allow,
-                by: resolved_by::USER,
-                remember: a.allow && a.remember,
-            },
-            Err(_) => deny(by),
-        }
+    // A stop, the shutdown or the timeout decides unless an answer did just before.
+    let decide = |by: &'static str| match lock(&turn.consent).as_mut() {
+        Some(w) => w.decided.get_or_insert_with(|| deny(by)).clone(),
+        None => deny(by),
     };
     let resolution = loop {
         if let Some(i) = turn.interrupt() {
-            let by = match i {
+            break decide(match i {
                 Interrupt::Stopped => resolved_by::STOP,
                 Interrupt::Shutdown => resolved_by::SHUTDOWN,
-            };
-            break late_answer(by);
+            });
         }
         let now = Instant::now();
         if now >= deadline {
-            break late_answer(resolved_by::TIMEOUT);
+            break decide(resolved_by::TIMEOUT);
         }
-        match rx.recv_timeout(STOP_POLL.min(deadline - now)) {
-            Ok(a) => {
-                break Resolution {
-                    allow: a.allow,
-                    by: resolved_by::USER,
-                    remember: a.allow && a.remember,
-                };
-            }
+        match woken.recv_timeout(STOP_POLL.min(deadline - now)) {
+            // The answer is in `decided` already.
+            Ok(()) => break decide(resolved_by::USER),
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break deny(resolved_by::STOP),
+            Err(RecvTimeoutError::Disconnected) => break decide(resolved_by::STOP),
         }
     };
-    lock(&turn.consent).take();
-    let decision = if resolution.allow { "allow" } else { "deny" };
+    // The slot keeps the decision, so an answer arriving later is told what stands.
+    let decision = resolution.decision();
     if !turn.keep_claim(&inner.store) {
         return Err(StoreError::Refused(CLAIM_LOST));
     }
     let resolved = turn.append(
         &inner.store,
         &Payload::PermissionResolved(PermissionResolved {
+            turn: Some(turn.turn),
+            attempt: Some(turn.attempt),
             call_id: call_id.to_owned(),
             decision: decision.to_owned(),
             by: resolution.by.to_owned(),
@@ -164,8 +183,10 @@ fn deny(by: &'static str) -> Resolution {
 }
 
 impl Engine {
-    /// The user's answer to the question the session's attempt waits on (404
-    /// `no_pending_permission` when that call is not waiting).
+    /// The user's answer to the question the session's attempt waits on: 404
+    /// `no_pending_permission` when no question about that call was asked, 409
+    /// `already_decided` when it has been decided (the first answer, its timeout, a stop,
+    /// the shutdown or a restart stands).
     pub fn answer_permission(
         &self,
         id: SessionId,
@@ -173,27 +194,87 @@ impl Engine {
         answer: Answer,
     ) -> Result<(), EngineError> {
         let turn = lock(&self.inner.turns).get(&id).cloned();
-        match turn.filter(|t| !t.is_done()) {
+        let answered = match turn.filter(|t| !t.is_done()) {
             Some(turn) => answer_waiting(&turn, call_id, answer),
             None => self.answer_elsewhere(id, call_id, answer),
+        };
+        match answered {
+            Err(EngineError::NoPendingPermission) => {
+                Err(match decided(&self.inner.store, id, call_id)? {
+                    Some(d) => EngineError::AlreadyDecided(d),
+                    None => EngineError::NoPendingPermission,
+                })
+            }
+            other => other,
         }
     }
 }
 
-/// Hands the answer to `turn` if it waits on `call_id`.
+/// Hands the answer to `turn` if it asks about `call_id` and nothing has decided yet.
 pub(super) fn answer_waiting(
     turn: &ActiveTurn,
     call_id: &str,
     answer: Answer,
 ) -> Result<(), EngineError> {
-    let waiting = lock(&turn.consent);
-    match waiting.as_ref() {
-        Some(w) if w.call_id == call_id => w
-            .answer
-            .send(answer)
-            .map_err(|_| EngineError::NoPendingPermission),
+    let mut slot = lock(&turn.consent);
+    match slot.as_mut() {
+        Some(w) if w.call_id == call_id => match &w.decided {
+            Some(d) => Err(EngineError::AlreadyDecided(Decided {
+                decision: d.decision().to_owned(),
+                by: d.by.to_owned(),
+            })),
+            None => {
+                w.decided = Some(Resolution::user(answer));
+                // The attempt may be deciding by its timeout this instant: it reads
+                // `decided` either way.
+                let _ = w.wake.send(());
+                Ok(())
+            }
+        },
         _ => Err(EngineError::NoPendingPermission),
     }
+}
+
+/// How the log says the newest question about `call_id` was decided, if it was.
+pub(super) fn decided(
+    store: &Store,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Option<Decided>, StoreError> {
+    Ok(newest_question(store, id, call_id)?.and_then(|(_, d)| d))
+}
+
+/// The newest question about `call_id` (its seq) and how it was decided, if it was.
+pub(super) fn newest_question(
+    store: &Store,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Option<(u64, Option<Decided>)>, StoreError> {
+    let events = store.permission_events(id, call_id)?;
+    let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
+    let questions = questions(&decoded);
+    Ok(questions.newest(call_id).map(|(seq, _, answer)| {
+        let decided = answer.map(|a| Decided {
+            decision: a.decision.clone(),
+            by: a.by.clone(),
+        });
+        (seq, decided)
+    }))
+}
+
+/// The questions and answers among `decoded` (seq order).
+pub(super) fn questions<'a>(decoded: &'a [(u64, Decoded)]) -> Questions<'a> {
+    let mut questions = Questions::default();
+    for (seq, d) in decoded {
+        match d {
+            Decoded::Known(Payload::PermissionRequested(q)) => questions.asked(*seq, q),
+            Decoded::Known(Payload::PermissionResolved(r)) => {
+                questions.resolved(r);
+            }
+            _ => {}
+        }
+    }
+    questions
 }
 
 /// The tools each session's user allowed for good (`remember`), read from its log once and
@@ -225,24 +306,20 @@ impl Remembered {
 /// The tools a session's log says were allowed with `remember`.
 fn from_log(store: &Store, id: SessionId) -> Result<HashSet<String>, StoreError> {
     let events = store.events(id, 0, None)?;
-    let mut names: HashMap<String, String> = HashMap::new();
+    let decoded: Vec<(u64, Decoded)> = events
+        .iter()
+        .filter(|e| e.kind == kind::PERMISSION_REQUESTED || e.kind == kind::PERMISSION_RESOLVED)
+        .map(|e| (e.seq, e.decode()))
+        .collect();
+    let questions = questions(&decoded);
     let mut allowed = HashSet::new();
-    for e in &events {
-        if e.kind != kind::PERMISSION_REQUESTED && e.kind != kind::PERMISSION_RESOLVED {
-            continue;
-        }
-        match e.decode() {
-            Decoded::Known(Payload::PermissionRequested(q)) => {
-                names.insert(q.call_id, q.name);
-            }
-            Decoded::Known(Payload::PermissionResolved(r))
-                if r.remember && r.decision == "allow" =>
-            {
-                if let Some(name) = names.get(&r.call_id) {
-                    allowed.insert(name.clone());
-                }
-            }
-            _ => {}
+    for (seq, d) in &decoded {
+        if let Decoded::Known(Payload::PermissionRequested(q)) = d
+            && questions
+                .answer(*seq)
+                .is_some_and(|a| a.remember && a.decision == "allow")
+        {
+            allowed.insert(q.name.clone());
         }
     }
     Ok(allowed)

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
 use crate::session::events::{Event, Payload};
+use crate::session::events::resolved_by;
 pub use crate::session::store::pg::coord::Kept;
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
@@ -31,6 +32,11 @@ use crate::session::{SessionId, Store, StoreError};
 /// listener reconnects is lost to it (its backoff is at most 5 s).
 pub const STOP_RESEND_EVERY: Duration = Duration::from_millis(500);
 pub const STOP_RESEND_FOR: Duration = Duration::from_secs(30);
+
+/// How long, and how often, a permission answer sent to another server waits for the log
+/// to say what was decided, so an answer that lost a race is told so (409).
+pub const ANSWER_CONFIRM_FOR: Duration = Duration::from_secs(5);
+pub const ANSWER_CONFIRM_POLL: Duration = Duration::from_millis(50);
 
 /// A session claimed by this server; released when dropped.
 pub struct Claim {
@@ -248,7 +254,12 @@ impl Engine {
     }
 
     /// A permission answer for an attempt this server does not run: sent to whichever
-    /// does, if the log shows that call waiting (else 404 `no_pending_permission`).
+    /// does, if the log shows that call waiting (else 404 `no_pending_permission`, which
+    /// the caller turns into 409 `already_decided` when the log shows it decided). Then
+    /// it waits up to [`ANSWER_CONFIRM_FOR`] for the log to say what stands, so an answer
+    /// that lost a race to another is told so. Left open: when the decision is not in the
+    /// log by then (the note lost while that server's listener reconnected, or its writes
+    /// slow), the answer is taken as sent.
     pub(super) fn answer_elsewhere(
         &self,
         id: SessionId,
@@ -264,12 +275,36 @@ impl Engine {
         if !log.waiting(call_id) {
             return Err(EngineError::NoPendingPermission);
         }
+        let store = &self.inner.store;
+        let Some((question, None)) = super::consent::newest_question(store, id, call_id)? else {
+            // Decided since the log was read: the caller says by whom.
+            return Err(EngineError::NoPendingPermission);
+        };
         self.inner.coord.notify(&Note::Answer {
             session: id,
             call_id: call_id.to_owned(),
             allow: answer.allow,
             remember: answer.remember,
         })?;
+        // The server running the attempt takes the first answer it gets: this one is told
+        // it was accepted only if what stands is the same decision by a user.
+        let ours = if answer.allow { "allow" } else { "deny" };
+        let until = Instant::now() + ANSWER_CONFIRM_FOR;
+        while Instant::now() < until {
+            match super::consent::newest_question(store, id, call_id)? {
+                Some((seq, Some(d))) if seq == question => {
+                    return match d.decision == ours && d.by == resolved_by::USER {
+                        true => Ok(()),
+                        false => Err(EngineError::AlreadyDecided(d)),
+                    };
+                }
+                Some((seq, _)) if seq == question => thread::sleep(ANSWER_CONFIRM_POLL),
+                // A newer question of that call id: ours was decided long since.
+                _ => return Ok(()),
+            }
+        }
+        // Not decided yet (the note may have been lost to a listener that reconnected: the
+        // question waits for another answer or its timeout).
         Ok(())
     }
 

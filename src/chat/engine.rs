@@ -119,6 +119,8 @@ pub enum EngineError {
     NoActiveTurn,
     #[error("no tool call of this session is waiting for that answer")]
     NoPendingPermission,
+    #[error("that question was already decided: {} by {}", .0.decision, .0.by)]
+    AlreadyDecided(super::consent::Decided),
     #[error("the server is shutting down")]
     ShuttingDown,
     /// Something the request needs is not available now (the summarizer, a thread).

@@ -38,7 +38,7 @@ pub struct Follow {
     /// The attempt a new one would be (for an end with nothing to follow).
     next: Pair,
     following: Option<Pair>,
-    /// Permission questions of the followed attempt (their answers name only the call).
+    /// Permission questions of the followed attempt not answered yet, by call id.
     asked: HashSet<String>,
     text: String,
     reasoning: String,
@@ -158,7 +158,13 @@ impl Follow {
             return;
         };
         if let Payload::PermissionResolved(r) = &payload {
-            if self.asked.remove(&r.call_id) {
+            // An answer names its attempt (older logs: only the call, which then is the
+            // followed attempt's question, the newest one unanswered).
+            let other = match (r.turn, r.attempt) {
+                (Some(t), Some(a)) => self.following != Some((t, a)),
+                _ => false,
+            };
+            if !other && self.asked.remove(&r.call_id) {
                 frames.push(Frame::PermissionResolved {
                     call_id: r.call_id.clone(),
                     decision: r.decision.clone(),

@@ -186,7 +186,8 @@ pub struct ActiveTurn {
     changed: Condvar,
     stop: AtomicBool,
     shutdown: AtomicBool,
-    /// The call waiting for the user's consent, if one is (SPEC §13).
+    /// The attempt's newest permission question, and its decision once it has one (SPEC
+    /// §13): what a racing or late answer is told.
     pub(super) consent: Mutex<Option<super::consent::Waiting>>,
     /// The session's claim across servers, held while the attempt runs (I7).
     pub(super) claim: Mutex<Option<super::coord::Claim>>,

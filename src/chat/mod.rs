@@ -11,7 +11,8 @@
 //! - [`post_turn`]: distillation, post-persist compaction and the automatic title, after
 //!   the chat and out of its way.
 //! - [`residue`]: what an attempt's tool calls leave in its turn memory (pure).
-//! - [`consent`]: a tool call waiting for the user's allow or deny (I9).
+//! - [`consent`]: a tool call waiting for the user's allow or deny (I9); `recovery`: at
+//!   startup, the questions of attempts a kill left waiting are denied `by: restart`.
 //! - [`coord`]: servers sharing one database (SPEC §16): claims across servers, `/stop`
 //!   to another server; [`follow`]: `/live` of an attempt running on another server.
 //! - [`breaker`]: a circuit breaker per (purpose, model) for background calls.
@@ -26,6 +27,7 @@ pub mod engine;
 pub mod follow;
 pub mod frames;
 pub mod post_turn;
+mod recovery;
 pub mod residue;
 pub(crate) mod steps;
 pub mod summarizer;

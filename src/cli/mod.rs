@@ -284,3 +284,17 @@ fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(
     )?;
     Ok(())
 }
+
+/// A permission question's decision for a person, `deny by restart (brain restarted before
+/// anyone answered)`: who decided, and why when it was not a person.
+fn decided_words(decision: &str, by: &str) -> String {
+    use crate::session::events::resolved_by;
+    let why = match by {
+        resolved_by::TIMEOUT => " (nobody answered in time)",
+        resolved_by::STOP => " (the answer was stopped)",
+        resolved_by::SHUTDOWN => " (brain shut down)",
+        resolved_by::RESTART => " (brain restarted before anyone answered)",
+        _ => "",
+    };
+    format!("{decision} by {by}{why}")
+}

@@ -89,6 +89,7 @@ pub fn run(
         Arc::clone(&tools),
         coordinator(&db)?,
     );
+    recover_questions(&engine);
     let config = ApiConfig {
         listen: args.listen,
         token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
@@ -138,4 +139,14 @@ pub fn run(
     store.stop_maintenance();
     drop(lock);
     Ok(())
+}
+
+/// Denies (`by: restart`) the questions of attempts a kill left waiting, before any request
+/// is taken. A failure is logged, not fatal: the questions then stay open until next start.
+pub(crate) fn recover_questions(engine: &Engine) {
+    match engine.resolve_orphaned_questions() {
+        Ok(0) => {}
+        Ok(n) => log::info!("denied {n} permission questions left open by an earlier run"),
+        Err(e) => log::error!("cannot close the questions an earlier run left open: {e}"),
+    }
 }

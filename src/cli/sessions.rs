@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::term::{count, json_text, printable, push_printable};
-use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, transfer};
+use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, decided_words, transfer};
 use crate::api::views;
 use crate::chat::compact::CompactReport;
 use crate::chat::engine::{Engine, EngineError};
@@ -307,7 +307,12 @@ fn write_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
             ..
         } => (
             match (decision, by) {
-                (Some(d), Some(by)) => format!("permission for {name} ({call_id}): {d} by {by}"),
+                (Some(d), Some(by)) => {
+                    format!(
+                        "permission for {name} ({call_id}): {}",
+                        decided_words(d, by)
+                    )
+                }
                 _ => format!("permission for {name} ({call_id}): waiting for an answer"),
             },
             None,

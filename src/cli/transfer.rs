@@ -225,7 +225,7 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
                 out,
                 "_Permission for {name}: {}_ · {at}\n",
                 match (decision, by) {
-                    (Some(d), Some(by)) => format!("{d} by {by}"),
+                    (Some(d), Some(by)) => super::decided_words(d, by),
                     _ => "not answered".to_owned(),
                 }
             )?,

@@ -146,9 +146,27 @@ impl Log {
         }))
     }
 
-    /// The user's answer to the question about `call_id`.
+    /// The user's answer to the question about `call_id`, as logs written before answers
+    /// named their attempt have it.
     pub fn answered(&mut self, call_id: &str, decision: &str, remember: bool) -> u64 {
+        self.resolution(None, call_id, decision, remember)
+    }
+
+    /// The user's answer to the question about `call_id` of `turn`'s first attempt.
+    pub fn answered_in(&mut self, turn: u64, call_id: &str, decision: &str) -> u64 {
+        self.resolution(Some(turn), call_id, decision, false)
+    }
+
+    fn resolution(
+        &mut self,
+        turn: Option<u64>,
+        call_id: &str,
+        decision: &str,
+        remember: bool,
+    ) -> u64 {
         self.push(Payload::PermissionResolved(PermissionResolved {
+            turn,
+            attempt: turn.map(|_| 1),
             call_id: call_id.into(),
             decision: decision.into(),
             by: "user".into(),

@@ -8,6 +8,7 @@ mod checkpoints;
 mod cli;
 mod compaction;
 mod conformance;
+mod consent;
 mod crash;
 mod edges;
 mod edit_api;

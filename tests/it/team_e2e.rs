@@ -24,7 +24,7 @@ pub fn serve_on(db: &str, mock: &MockLlm) -> Brain {
     serve_with(db, mock, &[])
 }
 
-fn serve_with(db: &str, mock: &MockLlm, extra: &[&OsStr]) -> Brain {
+pub(crate) fn serve_with(db: &str, mock: &MockLlm, extra: &[&OsStr]) -> Brain {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_brain"));
     cmd.args(["--db", db, "serve", "--listen", "127.0.0.1:0"])
         .args(["--distill", "off", "--titles", "off"])

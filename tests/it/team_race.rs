@@ -61,6 +61,12 @@ impl Backend for Hooked {
     ) -> Result<Page> {
         self.log.transcript_page(id, before_seq, limit, active)
     }
+    fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
+        self.log.permission_events(id, call_id)
+    }
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.log.all_permission_events()
+    }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.log.session_ids()
     }

@@ -204,6 +204,7 @@ impl Local {
             tools,
             coordinator(&db)?,
         );
+        super::super::serve::recover_questions(&engine);
         Ok(Local {
             engine,
             store,

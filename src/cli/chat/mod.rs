@@ -392,7 +392,7 @@ fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
             field("name"),
             match (item["decision"].as_str(), item["by"].as_str()) {
                 (None, _) => "not answered".to_owned(),
-                (Some(d), Some(by)) => format!("{} by {}", printable(d), printable(by)),
+                (Some(d), Some(by)) => super::decided_words(&printable(d), &printable(by)),
                 (Some(d), None) => printable(d).into_owned(),
             }
         )?,

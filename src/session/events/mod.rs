@@ -535,6 +535,8 @@ mod tests {
             args: "{}".into(),
         }));
         round_trip(Payload::PermissionResolved(PermissionResolved {
+            turn: Some(2),
+            attempt: Some(1),
             call_id: "c1".into(),
             decision: "allow".into(),
             by: resolved_by::USER.into(),

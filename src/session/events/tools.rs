@@ -70,10 +70,20 @@ pub mod resolved_by {
     pub const TIMEOUT: &str = "timeout";
     pub const STOP: &str = "stop";
     pub const SHUTDOWN: &str = "shutdown";
+    /// The attempt was gone when brain started again (it was killed while asking).
+    pub const RESTART: &str = "restart";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermissionResolved {
+    /// The question's turn and attempt: a call id names a call only within its attempt (a
+    /// provider that sends no ids gets `call_0` every turn). Absent in logs written before
+    /// they were added; such an answer belongs to the newest unanswered question of its
+    /// call id before it ([`crate::session::projection::Questions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
     pub call_id: String,
     /// `allow` or `deny`.
     pub decision: String,

@@ -18,7 +18,10 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 pub mod page;
+pub mod questions;
 pub mod tree;
+
+pub use questions::Questions;
 
 pub use tree::{
     BadForkPoint, NotEditable, abandoned, check_edit, fork_point, is_abandoned, visible,
@@ -26,8 +29,8 @@ pub use tree::{
 };
 
 use super::events::{
-    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState,
-    PermissionResolved, TitledBy, ToolExecution, TurnFailed, TurnMemory, Usage,
+    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState, TitledBy,
+    ToolExecution, TurnFailed, TurnMemory, Usage,
 };
 
 /// Head of the summary message that stands for the compacted part.
@@ -343,6 +346,9 @@ pub enum ItemBody {
     Tool(ToolExecution),
     /// A question to the user about a tool call, with its answer once there is one.
     Permission {
+        /// The attempt that asked: with the call id, what names the call.
+        turn: u64,
+        attempt: u32,
         call_id: String,
         name: String,
         args: String,
@@ -375,7 +381,7 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
         active,
         ..Attempts::default()
     };
-    for (_, d) in &decoded {
+    for (e, d) in &decoded {
         match d {
             Decoded::Known(Payload::AssistantTurn(a)) => {
                 attempts.completed.insert((a.turn, a.attempt));
@@ -387,8 +393,9 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
                     .or_default()
                     .push(c);
             }
+            Decoded::Known(Payload::PermissionRequested(q)) => attempts.questions.asked(e.seq, q),
             Decoded::Known(Payload::PermissionResolved(r)) => {
-                attempts.resolutions.insert(r.call_id.as_str(), r);
+                attempts.questions.resolved(r);
             }
             _ => {}
         }
@@ -397,7 +404,7 @@ pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> 
     let mut items = Vec::new();
     for ((e, d), abandoned) in decoded.iter().zip(hidden) {
         let body = match d {
-            Decoded::Known(p) => match known_item(p, &mut attempts) {
+            Decoded::Known(p) => match known_item(e.seq, p, &mut attempts) {
                 Some(b) => b,
                 None => continue,
             },
@@ -425,11 +432,11 @@ struct Attempts<'a> {
     partials: HashMap<(u64, u32), Vec<&'a PendingState>>,
     /// Attempts whose partial already has its item.
     shown: HashSet<(u64, u32)>,
-    /// Permission answers by call id (an answer is shown with its question).
-    resolutions: HashMap<&'a str, &'a PermissionResolved>,
+    /// The questions and their answers (an answer is shown with its question).
+    questions: Questions<'a>,
 }
 
-fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
+fn known_item(seq: u64, p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
     Some(match p {
         Payload::UserMessage(m) => ItemBody::User {
             text: m.text.clone(),
@@ -483,8 +490,10 @@ fn known_item(p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
         },
         Payload::ToolExecution(t) => ItemBody::Tool(t.clone()),
         Payload::PermissionRequested(q) => {
-            let answer = attempts.resolutions.get(q.call_id.as_str());
+            let answer = attempts.questions.answer(seq);
             ItemBody::Permission {
+                turn: q.turn,
+                attempt: q.attempt,
                 call_id: q.call_id.clone(),
                 name: q.name.clone(),
                 args: q.args.clone(),

@@ -7,7 +7,9 @@
 //! - a checkpoint: the other checkpoints of its attempt (the first one carries the item,
 //!   the text is all of them) and the attempt's `assistant_turn`, if any (a completed
 //!   attempt's checkpoints are no item); all of them belong to the checkpoint's turn;
-//! - a permission question: its answers (the last one counts);
+//! - a permission question: the questions and answers of its call id (an answer names its
+//!   attempt, or, in an older log, belongs to the newest unanswered question of its call id
+//!   before it: [`super::Questions`]);
 //! - `abandoned`: the session's rewinds (a rewind's effect depends on later rewinds alone).
 //!
 //! Everything else is the event itself, so projecting the window plus those extras gives
@@ -33,8 +35,8 @@ pub trait PageSource {
     /// The checkpoints and `assistant_turn`s of the turn whose user message is at `turn`
     /// (every attempt's; more is harmless), in any order.
     fn turn_attempts(&mut self, turn: u64) -> Result<Vec<Event>, Self::Error>;
-    /// The answers to the permission question `call_id` (more is harmless).
-    fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>, Self::Error>;
+    /// The permission questions about `call_id` and their answers (more is harmless).
+    fn permission_events(&mut self, call_id: &str) -> Result<Vec<Event>, Self::Error>;
     /// Every rewind of the session (more is harmless).
     fn rewinds(&mut self) -> Result<Vec<Event>, Self::Error>;
 }
@@ -79,7 +81,7 @@ pub fn transcript_page<S: PageSource>(
                 Decoded::Known(Payload::PermissionRequested(q))
                     if calls_read.insert(q.call_id.clone()) =>
                 {
-                    for x in source.permission_answers(&q.call_id)? {
+                    for x in source.permission_events(&q.call_id)? {
                         known.insert(x.seq, x);
                     }
                 }
@@ -133,12 +135,14 @@ impl PageSource for InMemory<'_> {
             .collect())
     }
 
-    fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>, Self::Error> {
+    fn permission_events(&mut self, call_id: &str) -> Result<Vec<Event>, Self::Error> {
         Ok(self
             .0
             .iter()
-            .filter(|e| {
-                matches!(e.decode(), Decoded::Known(Payload::PermissionResolved(r)) if r.call_id == call_id)
+            .filter(|e| match e.decode() {
+                Decoded::Known(Payload::PermissionRequested(q)) => q.call_id == call_id,
+                Decoded::Known(Payload::PermissionResolved(r)) => r.call_id == call_id,
+                _ => false,
             })
             .cloned()
             .collect())

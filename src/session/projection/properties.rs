@@ -34,7 +34,8 @@ pub(super) enum Action {
     Memory,
     /// Turn memory for some earlier turn, arriving late.
     LateMemory(usize),
-    Tool,
+    /// A call that needed consent.
+    Tool(Ask),
     /// A compaction through the end of one of the first messages of the context.
     Compact(usize),
     /// An edit of one of the editable user messages (SPEC §14) and the new message's
@@ -43,6 +44,26 @@ pub(super) enum Action {
     Title,
     UnknownKind,
     BadPayload,
+}
+
+/// A permission question: about `call_0` (a provider that sends no ids) or a call id of
+/// its own, and its answer: none (the process died while asking), or allow or deny,
+/// naming its attempt or not (logs written before answers named it).
+#[derive(Clone, Debug)]
+pub(super) struct Ask {
+    repeated_id: bool,
+    answer: Option<(bool, bool)>,
+}
+
+fn ask() -> impl Strategy<Value = Ask> {
+    (
+        any::<bool>(),
+        proptest::option::weighted(0.8, (any::<bool>(), any::<bool>())),
+    )
+        .prop_map(|(repeated_id, answer)| Ask {
+            repeated_id,
+            answer,
+        })
 }
 
 fn outcome() -> impl Strategy<Value = Outcome> {
@@ -60,7 +81,7 @@ pub(super) fn action() -> impl Strategy<Value = Action> {
         2 => outcome().prop_map(Action::Retry),
         1 => Just(Action::Memory),
         1 => (0usize..8).prop_map(Action::LateMemory),
-        1 => Just(Action::Tool),
+        2 => ask().prop_map(Action::Tool),
         1 => (0usize..8).prop_map(Action::Compact),
         2 => ((0usize..8), outcome()).prop_map(|(i, o)| Action::Edit(i, o)),
         1 => Just(Action::Title),
@@ -85,6 +106,8 @@ pub(super) struct Sim {
     requests: Vec<RequestPoint>,
     /// The seq ranges `[edited, rewind)` the edits abandoned: the oracle for step 0.
     edits: Vec<(u64, u64)>,
+    /// Each question's seq and the decision it got.
+    pub(super) decisions: HashMap<u64, Option<&'static str>>,
 }
 
 impl Sim {
@@ -125,15 +148,23 @@ impl Sim {
                     log.memory(t, a, "late finding");
                 }
             }
-            Action::Tool => {
+            Action::Tool(ask) => {
                 // A call that needed consent: asked, answered, run. None of it is sent.
-                let call = format!("c{}", log.events.len());
-                log.asked(
-                    self.turns.last().copied().unwrap_or(0),
-                    &call,
-                    "fs__write_file",
-                );
-                log.answered(&call, "allow", false);
+                let call = match ask.repeated_id {
+                    true => "call_0".to_owned(),
+                    false => format!("c{}", log.events.len()),
+                };
+                let turn = self.turns.last().copied().unwrap_or(0);
+                let asked = log.asked(turn, &call, "fs__write_file");
+                let decision = ask.answer.map(|(named, allow)| {
+                    let decision = if allow { "allow" } else { "deny" };
+                    match named {
+                        true => log.answered_in(turn, &call, decision),
+                        false => log.answered(&call, decision, false),
+                    };
+                    decision
+                });
+                self.decisions.insert(asked, decision);
                 log.tool();
             }
             Action::Compact(i) => self.compact(log, *i),
@@ -347,6 +378,23 @@ proptest! {
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Interrupted { .. })), partials.len() - streams);
         prop_assert_eq!(shown(|b| matches!(b, ItemBody::Streaming { .. })), streams);
         prop_assert!(items.windows(2).all(|w| w[0].seq < w[1].seq));
+    }
+
+    /// Every question shows the decision it got, however often its call id repeats across
+    /// turns (`call_0` every turn), with answers that name their attempt or not, and
+    /// questions nobody answered among them.
+    #[test]
+    fn every_question_shows_its_own_answer(actions in proptest::collection::vec(action(), 1..40)) {
+        let (log, sim) = Sim::run(&actions);
+        let items = ui_transcript(&log.events, None);
+        let mut questions = 0;
+        for i in &items {
+            if let ItemBody::Permission { decision, .. } = &i.body {
+                questions += 1;
+                prop_assert_eq!(decision.as_deref(), sim.decisions[&i.seq], "question {}", i.seq);
+            }
+        }
+        prop_assert_eq!(questions, sim.decisions.len());
     }
 
     /// Knowing which attempt runs changes only that attempt's item, from `interrupted` to

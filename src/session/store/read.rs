@@ -114,6 +114,45 @@ impl SqliteStore {
         Ok(page)
     }
 
+    /// The questions about `call_id` in a session and their answers, in seq order.
+    pub fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
+        let conn = self.reader()?;
+        permission_events(&conn, &id.to_string(), call_id)
+    }
+
+    /// Every question and answer of every session, by session then seq (the recovery at
+    /// startup looks for questions nothing answers).
+    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        let conn = self.reader()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT e.session_id, e.seq, e.kind, e.payload, e.created_at
+             FROM session_events AS e INDEXED BY session_events_permissions
+             JOIN sessions AS s ON s.id = e.session_id AND s.deleted_at IS NULL
+             WHERE e.kind IN ('permission_requested', 'permission_resolved')
+             ORDER BY e.session_id, e.seq",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                Event {
+                    seq: r.get(1)?,
+                    kind: r.get(2)?,
+                    payload: r.get(3)?,
+                    created_at: r.get(4)?,
+                },
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, e) = row?;
+            let id = id
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
+            out.push((id, e));
+        }
+        Ok(out)
+    }
+
     /// Every session id, oldest first (tests and export); deleted ones are gone.
     pub fn session_ids(&self) -> Result<Vec<SessionId>> {
         let conn = self.reader()?;
@@ -130,6 +169,17 @@ impl SqliteStore {
             })
             .collect()
     }
+}
+
+/// The questions about `call_id` and their answers, in seq order (V13's index).
+fn permission_events(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permissions
+         WHERE session_id = ?1 AND kind IN ('permission_requested', 'permission_resolved')
+           AND json_extract(payload, '$.call_id') = ?2 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map(rusqlite::params![id, call_id], event_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 fn require_session(conn: &Connection, id: SessionId) -> Result<()> {
@@ -283,14 +333,8 @@ impl PageSource for SqlPage<'_> {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permission_answers
-             WHERE session_id = ?1 AND kind = 'permission_resolved'
-               AND json_extract(payload, '$.call_id') = ?2",
-        )?;
-        let rows = stmt.query_map(rusqlite::params![self.id, call_id], event_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    fn permission_events(&mut self, call_id: &str) -> Result<Vec<Event>> {
+        permission_events(self.conn, &self.id, call_id)
     }
 
     fn rewinds(&mut self) -> Result<Vec<Event>> {

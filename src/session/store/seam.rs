@@ -198,6 +198,8 @@ pub trait Backend: Send + Sync {
         limit: usize,
         active: Option<(u64, u32)>,
     ) -> Result<Page>;
+    fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>>;
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>>;
     fn session_ids(&self) -> Result<Vec<SessionId>>;
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage>;
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>>;
@@ -349,6 +351,17 @@ impl Store {
         self.backend.transcript_page(id, before_seq, limit, active)
     }
 
+    /// The permission questions about `call_id` in a session and their answers, in seq
+    /// order.
+    pub fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
+        self.backend.permission_events(id, call_id)
+    }
+
+    /// Every question and answer of every session, by session then seq.
+    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.backend.all_permission_events()
+    }
+
     /// Every session id, oldest first (tests and export).
     pub fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.backend.session_ids()
@@ -423,6 +436,12 @@ impl Backend for SqliteStore {
         active: Option<(u64, u32)>,
     ) -> Result<Page> {
         SqliteStore::transcript_page(self, id, before_seq, limit, active)
+    }
+    fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
+        SqliteStore::permission_events(self, id, call_id)
+    }
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        SqliteStore::all_permission_events(self)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         SqliteStore::session_ids(self)

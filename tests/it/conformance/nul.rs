@@ -119,6 +119,8 @@ fn question(turn: u64, call: &str, args: &str) -> Payload {
 
 fn resolved(call: &str) -> Payload {
     Payload::PermissionResolved(PermissionResolved {
+        turn: None,
+        attempt: None,
         call_id: call.into(),
         decision: "allow".into(),
         by: "user".into(),

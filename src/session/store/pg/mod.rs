@@ -250,6 +250,12 @@ impl Backend for PgStore {
     ) -> Result<Page> {
         self.in_snapshot(|t| read::transcript_page(t, id, before_seq, limit, active))
     }
+    fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
+        self.read(|c| read::permission_events(c, id, call_id))
+    }
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.read(read::all_permission_events)
+    }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.read(read::session_ids)
     }

@@ -100,22 +100,31 @@ const TURNS_ATTEMPTS: &str = concat!(
            AND kind IN ('pending_state', 'assistant_turn') AND brain_field(payload, 'turn') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
-/// Through `session_events_permission_answers` (V5, V10).
-const PERMISSION_ANSWERS: &str = concat!(
+/// Through `session_events_permissions` (V13): a call id's questions and answers.
+const PERMISSION_EVENTS: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-      AND kind = 'permission_resolved' AND brain_field(payload, 'call_id') = $2"
+      AND kind IN ('permission_requested', 'permission_resolved')
+      AND brain_field(payload, 'call_id') = $2 ORDER BY seq"
 );
-/// The answers to several questions in one statement (as [`TURNS_ATTEMPTS`]).
-const CALLS_ANSWERS: &str = concat!(
+/// The questions and answers of several call ids in one statement (as [`TURNS_ATTEMPTS`]).
+const CALLS_EVENTS: &str = concat!(
     "SELECT e.seq, e.kind, e.payload, e.created_at, t.key
      FROM unnest($2::text[]) AS t(key) CROSS JOIN LATERAL (
          SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
-           AND kind = 'permission_resolved' AND brain_field(payload, 'call_id') = t.key
+           AND kind IN ('permission_requested', 'permission_resolved')
+           AND brain_field(payload, 'call_id') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
+);
+/// Every session's questions and answers (the recovery at startup), the session fifth.
+const ALL_PERMISSION_EVENTS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    ", session_id::text FROM session_events
+     WHERE kind IN ('permission_requested', 'permission_resolved') ORDER BY session_id, seq"
 );
 const SESSION_IDS: &str = "SELECT id::text FROM sessions ORDER BY sessions.created_at, sessions.id";
 
@@ -212,6 +221,35 @@ pub fn session_ids(c: &mut impl GenericClient) -> Result<Vec<SessionId>> {
         .collect()
 }
 
+/// The questions about `call_id` in a session and their answers, in seq order.
+pub fn permission_events(
+    c: &mut impl GenericClient,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Vec<Event>> {
+    decode_all(&c.query_typed(
+        PERMISSION_EVENTS,
+        &[
+            typed(&id.as_uuid(), Type::UUID),
+            typed(&as_field(call_id), Type::TEXT),
+        ],
+    )?)
+}
+
+/// Every question and answer of every session, by session then seq.
+pub fn all_permission_events(c: &mut impl GenericClient) -> Result<Vec<(SessionId, Event)>> {
+    c.query_typed(ALL_PERMISSION_EVENTS, &[])?
+        .iter()
+        .map(|r| {
+            let id: String = r.try_get(4)?;
+            let id = id
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
+            Ok((id, event_row(r)?))
+        })
+        .collect()
+}
+
 /// The session's rewinds, in seq order (what marks a search hit abandoned).
 pub(super) fn rewinds(c: &mut impl GenericClient, id: SessionId) -> Result<Vec<Event>> {
     decode_all(&c.query_typed(REWINDS, &[typed(&id.as_uuid(), Type::UUID)])?)
@@ -262,13 +300,13 @@ struct PgPage<'c, C> {
     id: SessionId,
     /// By turn as JSON text (`brain_field(payload, 'turn')`, V10): each turn's attempts.
     attempts: HashMap<String, Vec<Event>>,
-    /// By call id (as [`as_field`]): the answers to every question looked up.
+    /// By call id (as [`as_field`]): the questions and answers of every call looked up.
     answers: HashMap<String, Vec<Event>>,
 }
 
 impl<C: GenericClient> PgPage<'_, C> {
-    /// Looks up, in one statement each, the attempts of the window's turns and the answers
-    /// to its questions that are not looked up yet.
+    /// Looks up, in one statement each, the attempts of the window's turns and the
+    /// questions and answers of its call ids that are not looked up yet.
     fn prefetch(&mut self, window: &[Event]) -> Result<()> {
         let (mut turns, mut calls) = (Vec::new(), Vec::new());
         for e in window {
@@ -300,7 +338,7 @@ impl<C: GenericClient> PgPage<'_, C> {
         }
         if !calls.is_empty() {
             let rows = self.c.query_typed(
-                CALLS_ANSWERS,
+                CALLS_EVENTS,
                 &[typed(&id, Type::UUID), typed(&calls, Type::TEXT_ARRAY)],
             )?;
             group(&rows, &mut self.answers)?;
@@ -361,18 +399,11 @@ impl<C: GenericClient> PageSource for PgPage<'_, C> {
         )?)
     }
 
-    fn permission_answers(&mut self, call_id: &str) -> Result<Vec<Event>> {
-        let call_id = as_field(call_id);
-        if let Some(found) = self.answers.get_mut(&call_id) {
+    fn permission_events(&mut self, call_id: &str) -> Result<Vec<Event>> {
+        if let Some(found) = self.answers.get_mut(&as_field(call_id)) {
             return Ok(std::mem::take(found));
         }
-        decode_all(&self.c.query_typed(
-            PERMISSION_ANSWERS,
-            &[
-                typed(&self.id.as_uuid(), Type::UUID),
-                typed(&call_id, Type::TEXT),
-            ],
-        )?)
+        permission_events(self.c, self.id, call_id)
     }
 
     fn rewinds(&mut self) -> Result<Vec<Event>> {

@@ -262,7 +262,8 @@ fn a_windows_attempts_and_answers_are_read_with_the_window() {
     page.c
         .execute(
             "DELETE FROM session_events WHERE session_id = $1
-             AND kind IN ('pending_state', 'assistant_turn', 'permission_resolved')",
+             AND kind IN ('pending_state', 'assistant_turn', 'permission_requested',
+                          'permission_resolved')",
             &[&id.as_uuid()],
         )
         .unwrap();
@@ -290,8 +291,8 @@ fn a_windows_attempts_and_answers_are_read_with_the_window() {
         assert!(!want.is_empty() && same_events(&got, &want), "turn {turn}");
     }
     for call in calls {
-        let got = by_seq(page.permission_answers(&call).unwrap());
-        let want = whole.permission_answers(&call).unwrap();
+        let got = by_seq(page.permission_events(&call).unwrap());
+        let want = whole.permission_events(&call).unwrap();
         assert!(!want.is_empty() && same_events(&got, &want), "call {call}");
     }
 }
@@ -407,8 +408,8 @@ fn generated_logs_page_and_shape_the_context_as_the_whole_log() {
         .unwrap();
 }
 
-/// A transcript page's lookups by turn and by call id probe V5's indexes as V10 rebuilt
-/// them on `brain_field`: the queries' expression must be the indexes' (the tables are
+/// A transcript page's lookups by turn and by call id probe V5's turn index as V10 rebuilt
+/// it on `brain_field`, and V13's index of questions and answers: the queries' expression must be the indexes' (the tables are
 /// tiny, so sequential scans are switched off to see whether an index path exists).
 #[test]
 fn a_pages_lookups_use_the_turn_and_call_indexes() {
@@ -420,16 +421,8 @@ fn a_pages_lookups_use_the_turn_and_call_indexes() {
     for (sql, key, index) in [
         (TURN_ATTEMPTS, "'3'", "session_events_attempts"),
         (TURNS_ATTEMPTS, "ARRAY['3','4']", "session_events_attempts"),
-        (
-            PERMISSION_ANSWERS,
-            "'c1'",
-            "session_events_permission_answers",
-        ),
-        (
-            CALLS_ANSWERS,
-            "ARRAY['c1']",
-            "session_events_permission_answers",
-        ),
+        (PERMISSION_EVENTS, "'c1'", "session_events_permissions"),
+        (CALLS_EVENTS, "ARRAY['c1']", "session_events_permissions"),
     ] {
         let sql = sql.replace("$1", id).replace("$2", key);
         let plan: Vec<String> =
