@@ -31,6 +31,10 @@ pub const SSE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest chunk-size line of a chunked body (size, extensions).
 const MAX_CHUNK_LINE_BYTES: usize = 1024;
 
+/// The most bytes of trailer fields a chunked body may end with (all lines together):
+/// trailers are read and dropped, so more is only a client making the server work.
+const MAX_TRAILER_BYTES: usize = 8 * 1024;
+
 /// Why reading stopped.
 enum Stop {
     /// The client closed, the connection was evicted, or the server is stopping.
@@ -91,22 +95,47 @@ impl Input<'_> {
         Ok(std::mem::replace(&mut self.buf, rest))
     }
 
-    /// Takes one CRLF-terminated line (without its CRLF), at most `max` bytes long.
+    /// Takes one CRLF-terminated line (without its CRLF), at most `max` bytes long. The
+    /// verdict never depends on how the bytes arrived: a line over `max` is refused whether
+    /// its end is already here or not, and a bare LF is refused as soon as it is seen.
     fn line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Stop> {
+        let refused = |why: &str| Stop::Refused(ApiError::bad_request(why.to_owned()));
         loop {
-            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let line = self.take(i + 2, deadline)?;
-                return Ok(line[..i].to_vec());
+            // Only the first `max` + CRLF bytes can hold this line's end.
+            let window = &self.buf[..self.buf.len().min(max + 2)];
+            if let Some(lf) = window.iter().position(|&b| b == b'\n') {
+                if lf == 0 || window[lf - 1] != b'\r' {
+                    return Err(refused("malformed chunked body: a bare LF ends a line"));
+                }
+                if lf - 1 > max {
+                    return Err(refused("malformed chunked body: a line is too long"));
+                }
+                let line = self.take(lf + 1, deadline)?;
+                return Ok(line[..lf - 1].to_vec());
             }
-            if self.buf.len() > max {
-                return Err(Stop::Refused(ApiError::bad_request(
-                    "malformed chunked body: a line is too long",
-                )));
+            if window.len() > max + 1 {
+                return Err(refused("malformed chunked body: a line is too long"));
             }
             if !self.fill(deadline)? {
                 return Err(Stop::Closed);
             }
         }
+    }
+
+    /// Takes the CRLF that must come next, refusing a wrong byte as soon as it arrives.
+    fn crlf(&mut self, deadline: Instant) -> Result<(), Stop> {
+        for want in [b'\r', b'\n'] {
+            if self.buf.is_empty() && !self.fill(deadline)? {
+                return Err(Stop::Closed);
+            }
+            if self.buf.first() != Some(&want) {
+                return Err(Stop::Refused(ApiError::bad_request(
+                    "malformed chunked body: a chunk does not end with CRLF",
+                )));
+            }
+            self.buf.remove(0);
+        }
+        Ok(())
     }
 }
 
@@ -418,10 +447,17 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
         if size == 0 {
             // Trailer fields, then the empty line; each must be a plain field line, so no
             // reader can see a different end of the message.
+            let mut trailer_bytes = 0;
             loop {
                 let trailer = input.line(MAX_CHUNK_LINE_BYTES, deadline)?;
                 if trailer.is_empty() {
                     return Ok(body);
+                }
+                trailer_bytes += trailer.len() + 2;
+                if trailer_bytes > MAX_TRAILER_BYTES {
+                    return Err(ChunkError::Stop(Stop::Refused(ApiError::bad_request(
+                        format!("malformed chunked body: trailers over {MAX_TRAILER_BYTES} bytes"),
+                    ))));
                 }
                 if !is_field_line(&trailer) {
                     return Err(bad());
@@ -432,9 +468,7 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
             return Err(ChunkError::TooLarge);
         }
         body.extend(input.take(size, deadline)?);
-        if !input.take(2, deadline)?.eq(b"\r\n") {
-            return Err(bad());
-        }
+        input.crlf(deadline)?;
     }
 }
 

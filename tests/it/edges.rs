@@ -14,23 +14,23 @@ use crate::server::{Brain, agent, call, new_session, wait_for};
 use crate::support::*;
 
 /// One answer read off a raw socket, and whether the server closed the connection after it.
-struct Exchange {
-    status: u16,
-    head: String,
-    body: String,
-    closed: bool,
+pub struct Exchange {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+    pub closed: bool,
 }
 
 /// Sends `bytes`, reads one answer (by its Content-Length), then looks whether the server
 /// closes the connection within `close_wait`.
-fn exchange(addr: &str, bytes: &[u8], close_wait: Duration) -> Exchange {
+pub fn exchange(addr: &str, bytes: &[u8], close_wait: Duration) -> Exchange {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = s.write_all(bytes);
     read_answer(&mut s, close_wait)
 }
 
-fn read_answer(s: &mut TcpStream, close_wait: Duration) -> Exchange {
+pub fn read_answer(s: &mut TcpStream, close_wait: Duration) -> Exchange {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let (head, body_start) = loop {
@@ -101,7 +101,7 @@ fn health_within_a_second(b: &Brain, when: &str) {
     );
 }
 
-fn raise_own_fd_limit() {
+pub fn raise_own_fd_limit() {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
 }
 

@@ -10,6 +10,7 @@ mod compaction;
 mod conformance;
 mod crash;
 mod edges;
+mod edges_limits;
 mod edit_api;
 mod edit_cli;
 mod edit_store;
