@@ -4,9 +4,11 @@
 //!
 //! Deadlines (SPEC §12): a request's head and body must arrive within `--request-timeout`
 //! of its first byte (else 408 and close); between requests a kept-alive connection may be
-//! silent for the idle timeout (then it is closed without a word); every write has the
-//! request timeout too (SSE writes their own). A read never blocks past the time left,
-//! so a client trickling one byte at a time cannot stretch a deadline.
+//! silent for the idle timeout (then it is closed without a word); a whole answer must be
+//! written within the request timeout, and so must each frame of a stream (a client that
+//! stops reading is cut, with a reset, once a frame has waited that long; its attempt goes
+//! on, I8). A read never blocks past the time left, so a client trickling one byte at a
+//! time cannot stretch a deadline.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -18,15 +20,13 @@ use super::http::{self, Request};
 use super::request::{self, Framing, Head, Parsed};
 use super::routes::{self, Reply};
 use super::server::{BUSY, IDLE, READING, Shared, Slot, WRITING};
+use super::sockopt;
 
 /// The largest request head (request line and headers).
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// How much is read from a socket at once.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
-
-/// How long a single SSE write may block on a client that does not read.
-pub const SSE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest chunk-size line of a chunked body (size, extensions).
 const MAX_CHUNK_LINE_BYTES: usize = 1024;
@@ -189,12 +189,15 @@ fn answer_and_close(slot: &Slot, shared: &Shared, e: &ApiError) {
 
 /// Writes on a connection's socket, marking each write in the registry so that one that
 /// stays blocked (a client not reading) can be closed to make room at the cap, and
-/// bounding each write (and, for an answer, the whole answer) in time.
+/// bounding the writes in time: a whole answer within the request timeout, and each frame
+/// of a stream within it too (from the frame's first byte, however many partial writes it
+/// takes, so a client that stops reading is cut at the deadline, not after several).
 struct SlotWriter<'a> {
     shared: &'a Shared,
     slot: &'a Slot,
-    per_write: Duration,
     deadline: Option<Instant>,
+    /// A stream's: the deadline is set by each frame's first write, cleared by its flush.
+    per_frame: bool,
 }
 
 impl<'a> SlotWriter<'a> {
@@ -203,29 +206,32 @@ impl<'a> SlotWriter<'a> {
         SlotWriter {
             shared,
             slot,
-            per_write: shared.request_timeout,
             deadline: Some(Instant::now() + shared.request_timeout),
+            per_frame: false,
         }
     }
 
-    /// For a stream: each write within [`SSE_WRITE_TIMEOUT`], the stream as long as its
-    /// attempt.
+    /// For a stream: each frame within the request timeout, the stream as long as its
+    /// attempt. The socket's send buffer is kept small, so what a stalled client leaves
+    /// queued in the kernel stays bounded (see [`sockopt`]).
     fn stream(shared: &'a Shared, slot: &'a Slot) -> SlotWriter<'a> {
+        sockopt::bound_send_buffer(&slot.stream);
         SlotWriter {
             shared,
             slot,
-            per_write: SSE_WRITE_TIMEOUT,
             deadline: None,
+            per_frame: true,
         }
     }
 }
 
 impl Write for SlotWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut limit = self.per_write;
-        if let Some(d) = self.deadline {
-            limit = limit.min(d.saturating_duration_since(Instant::now()));
-        }
+        let timeout = self.shared.request_timeout;
+        let deadline = *self
+            .deadline
+            .get_or_insert_with(|| Instant::now() + timeout);
+        let limit = deadline.saturating_duration_since(Instant::now());
         if limit.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
@@ -246,6 +252,9 @@ impl Write for SlotWriter<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if self.per_frame {
+            self.deadline = None;
+        }
         Ok(())
     }
 }
@@ -303,7 +312,17 @@ fn one_request(
                 http::stream(&mut w, &id.to_string(), sub, chunked)
             };
             if let Err(e) = streamed {
-                log::debug!("a stream of {id} ended early: {e}");
+                if e.kind() == io::ErrorKind::TimedOut {
+                    // A client that stopped reading: its queued frames are dropped with the
+                    // connection at once (a reset), not kept in the kernel for minutes.
+                    log::info!(
+                        "a stream of {id} was cut: its client read nothing for {} s",
+                        shared.request_timeout.as_secs()
+                    );
+                    sockopt::reset_on_close(&slot.stream);
+                } else {
+                    log::debug!("a stream of {id} ended early: {e}");
+                }
             }
             Ok(false)
         }

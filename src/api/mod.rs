@@ -3,6 +3,7 @@
 //! connection model), request heads parsed by `httparse` and judged before any body is read.
 //!
 //! - [`server`]: the listener, the connection registry and its cap, shutdown.
+//! - [`sockopt`]: socket options bounding what a stalled client leaves in the kernel.
 //! - [`conn`]: one connection's life: deadlines, body framing, keep-alive, streams.
 //! - [`request`]: parsing and judging a head: framing, the request-target (pure).
 //! - [`error`]: the one mapping from typed errors to status and code.
@@ -22,6 +23,7 @@ pub mod http;
 pub mod request;
 pub mod routes;
 pub mod server;
+pub mod sockopt;
 pub mod views;
 
 use std::net::SocketAddr;

@@ -1,6 +1,7 @@
 //! The HTTP edge's limits, against `brain serve` as a real process and raw sockets: a
 //! chunked body's lines are judged the same however their bytes arrive, trailers are
-//! bounded, bare LFs are refused at once.
+//! bounded, bare LFs are refused at once; a stream to a client that stops reading is cut
+//! at the write deadline while its turn goes on.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -124,4 +125,151 @@ fn bare_lf_in_a_chunked_body_is_refused_at_once() {
             "{case}: refused at once, not at the 30 s deadline"
         );
     }
+}
+
+/// The state of a client socket in the kernel (`TCP_ESTABLISHED` is 1), read without
+/// consuming a byte of what is queued for it.
+#[cfg(target_os = "linux")]
+fn tcp_state(s: &TcpStream) -> u8 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for the borrow; `info` is a tcp_info of the size
+    // passed, which the kernel fills at most.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+        info.tcpi_state
+    }
+}
+
+/// The send queue (bytes written, not yet acknowledged) of the local TCP socket from
+/// `local_port` to `remote_port`, from `/proc/net/tcp`.
+#[cfg(target_os = "linux")]
+fn send_queue(local_port: u16, remote_port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ours = port(f.get(1)?)? == local_port && port(f.get(2)?)? == remote_port;
+        let tx = f.get(4)?.split(':').next()?;
+        ours.then(|| u64::from_str_radix(tx, 16).ok())?
+    })
+}
+
+/// A line of `/proc/PID/status` in kB (`VmHWM`: the peak resident set).
+#[cfg(target_os = "linux")]
+fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_client_that_stops_reading_its_stream_is_cut_at_the_write_deadline() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    // The write deadline is the request timeout: 5 s here, so the test is short.
+    let b = Brain::start(&db, &mock.url, &["--request-timeout", "5"]);
+    let id = crate::server::new_session(&b);
+    // Six megabytes streamed as fast as the mock can: far more than any socket buffer the
+    // server should keep for one client (the answer stays under the 8 MiB answer limit).
+    let text = "word ".repeat((6 << 20) / 5);
+    mock.script(serde_json::json!({"kind": "stream", "text": text, "chunks": 96}));
+    let mut s = TcpStream::connect(&b.addr).unwrap();
+    // A client with a small receive window that will read nothing past the head.
+    let rcvbuf: libc::c_int = 32 * 1024;
+    // SAFETY: the descriptor is open; the value is a c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    let body = serde_json::json!({"message": "a long one, please"}).to_string();
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            b.addr,
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "the stream's head");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    let stopped_reading = Instant::now();
+    // The turn goes on without its reader and ends with its record (I8).
+    let answered = || -> bool {
+        let kinds: Vec<String> = {
+            let conn = db.raw();
+            let mut q = conn
+                .prepare("SELECT kind FROM session_events WHERE session_id = ?1")
+                .unwrap();
+            q.query_map([&id], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        kinds.iter().any(|k| k == "assistant_turn")
+    };
+    // Meanwhile, what the server's kernel holds for this client: its socket's send queue.
+    let (server_port, client_port) = (
+        b.addr.rsplit(':').next().unwrap().parse::<u16>().unwrap(),
+        s.local_addr().unwrap().port(),
+    );
+    let mut queued_max = 0;
+    wait_for(
+        "the unread turn's assistant_turn",
+        Duration::from_secs(30),
+        || {
+            queued_max = queued_max.max(send_queue(server_port, client_port).unwrap_or(0));
+            answered()
+        },
+    );
+    for _ in 0..50 {
+        queued_max = queued_max.max(send_queue(server_port, client_port).unwrap_or(0));
+    }
+    assert!(
+        queued_max < 1 << 20,
+        "the server's socket held {queued_max} bytes for a client that reads nothing"
+    );
+    // The server cuts the connection once a frame has waited the deadline (5 s), with
+    // slack for a loaded machine, not at 30 s or later.
+    wait_for(
+        "the server to cut the stalled stream",
+        Duration::from_secs(25),
+        || tcp_state(&s) != 1,
+    );
+    let took = stopped_reading.elapsed();
+    assert!(took < Duration::from_secs(25), "cut after {took:?}");
+    // And its memory stayed that of a 6 MB answer (a debug build keeps ~180 MB at its
+    // peak whether the client reads or not), not frames piling up for the socket.
+    let peak_kb = proc_status_kb(b.child.id(), "VmHWM");
+    assert!(peak_kb < 400 * 1024, "brain's peak RSS {peak_kb} kB");
+    // And the server serves others as before.
+    assert_eq!(crate::server::call(&b, "GET", "/health", None).0, 200);
 }
