@@ -624,16 +624,7 @@ fn at_the_cap_idle_connections_make_room_and_busy_ones_are_never_dropped() {
     for id in &ids {
         let body = json!({"message": format!("[[mock {}]]", slow_big(20, 100))}).to_string();
         let mut s = TcpStream::connect(&b.addr).unwrap();
-        s.write_all(
-            format!(
-                "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {}\r\n\
-                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                b.addr,
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .unwrap();
+        send_message(&mut s, &b.addr, id, &body);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut first = [0u8; 12];
         s.read_exact(&mut first).unwrap();
@@ -658,6 +649,19 @@ fn at_the_cap_idle_connections_make_room_and_busy_ones_are_never_dropped() {
     health_within_a_second(&b, "after the streams ended");
 }
 
+/// Writes a `POST /v1/sessions/{id}/messages` with the JSON `body` on a raw socket.
+pub fn send_message(s: &mut TcpStream, addr: &str, id: &str, body: &str) {
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {addr}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+}
+
 /// A mock step streaming `chunks` pieces of ~4 KiB, `delay_ms` apart.
 fn slow_big(chunks: u32, delay_ms: u32) -> Value {
     json!({"kind": "stream", "text": "y".repeat(chunks as usize * 4096), "chunks": chunks,
@@ -675,16 +679,7 @@ fn a_client_that_never_reads_its_stream_blocks_no_other_session() {
     mock.script(json!({"kind": "stream", "text": "z".repeat(4 << 20), "chunks": 256}));
     let body = json!({"message": "a long one, please"}).to_string();
     let mut s = TcpStream::connect(&b.addr).unwrap();
-    s.write_all(
-        format!(
-            "POST /v1/sessions/{stalled}/messages HTTP/1.1\r\nHost: {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            b.addr,
-            body.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    send_message(&mut s, &b.addr, &stalled, &body);
     wait_for("the long answer to be asked for", || {
         !mock.requests().is_empty()
     });

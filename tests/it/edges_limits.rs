@@ -203,16 +203,7 @@ fn a_client_that_stops_reading_its_stream_is_cut_at_the_write_deadline() {
     };
     assert_eq!(rc, 0);
     let body = serde_json::json!({"message": "a long one, please"}).to_string();
-    s.write_all(
-        format!(
-            "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            b.addr,
-            body.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    crate::edges::send_message(&mut s, &b.addr, &id, &body);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
