@@ -733,14 +733,10 @@ fn running_out_of_file_descriptors_never_silences_the_listener() {
     assert_eq!(status, 201, "the database still works");
 }
 
-#[test]
-fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
-    let mock = MockLlm::start(&[]);
-    let db = TempDb::new();
-    let mut cmd = serve_command(&db, &mock.url);
-    cmd.env("RUST_LOG", "debug")
-        .stderr(std::process::Stdio::piped());
-    let (mut child, url) = spawn_serve(&mut cmd);
+/// Starts a server command with its standard error piped: the server, and its log lines.
+pub fn spawn_logged(cmd: &mut Command) -> (Brain, std::sync::mpsc::Receiver<String>) {
+    cmd.stderr(std::process::Stdio::piped());
+    let (mut child, url) = spawn_serve(cmd);
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -748,11 +744,18 @@ fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
             let _ = tx.send(l);
         }
     });
-    let b = Brain {
-        addr: url.trim_start_matches("http://").to_owned(),
-        url,
-        child,
-    };
+    let addr = url.trim_start_matches("http://").to_owned();
+    (Brain { child, url, addr }, rx)
+}
+
+#[test]
+fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let mut cmd = serve_command(&db, &mock.url);
+    cmd.env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped());
+    let (b, rx) = spawn_logged(&mut cmd);
     let (status, _) = call(&b, "GET", "/v1/sessions?limit=3", None);
     assert_eq!(status, 200);
     let wanted = |needle: &str, rx: &std::sync::mpsc::Receiver<String>| -> String {

@@ -1,7 +1,8 @@
 //! The HTTP edge's limits, against `brain serve` as a real process and raw sockets: a
 //! chunked body's lines are judged the same however their bytes arrive, trailers are
 //! bounded, bare LFs are refused at once; a stream to a client that stops reading is cut
-//! at the write deadline while its turn goes on.
+//! at the write deadline while its turn goes on; under a low open-file limit turns still
+//! complete and refused clients read their 503.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -263,4 +264,113 @@ fn a_client_that_stops_reading_its_stream_is_cut_at_the_write_deadline() {
     assert!(peak_kb < 400 * 1024, "brain's peak RSS {peak_kb} kB");
     // And the server serves others as before.
     assert_eq!(crate::server::call(&b, "GET", "/health", None).0, 200);
+}
+
+/// `brain serve` under an open-file limit of `limit` (soft and hard: it cannot raise it),
+/// its standard error collected line by line.
+#[cfg(target_os = "linux")]
+fn serve_under_fd_limit(
+    db: &TempDb,
+    provider: &str,
+    limit: u64,
+) -> (Brain, std::sync::mpsc::Receiver<String>) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = serve_command(db, provider);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rl = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    crate::edges::spawn_logged(&mut cmd)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn under_a_low_open_file_limit_turns_complete_and_refusals_read_503() {
+    use std::io::Read;
+    crate::edges::raise_own_fd_limit();
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let (b, log) = serve_under_fd_limit(&db, &mock.url, 256);
+    // The cap is derived from the limit and said at start.
+    let line = std::iter::from_fn(|| log.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|l| l.contains("serving at most"))
+        .expect("the connection cap in the log at start");
+    let cap: usize = line
+        .split("serving at most ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no cap in {line:?}"));
+    assert!((8..=128).contains(&cap), "{line}");
+    // Hundreds of idle connections held open: the server closes them to make room.
+    let idle: Vec<TcpStream> = (0..300)
+        .filter_map(|_| {
+            TcpStream::connect_timeout(&b.addr.parse().unwrap(), Duration::from_secs(2)).ok()
+        })
+        .collect();
+    assert!(idle.len() > cap, "{} idle connections", idle.len());
+    // As many slow turns as the cap, all at once: each holds a connection and a provider
+    // connection, and every one must complete.
+    let ids: Vec<String> = (0..cap).map(|_| crate::server::new_session(&b)).collect();
+    let step = serde_json::json!({"kind": "stream", "text": "slow words ".repeat(40),
+                                  "chunks": 40, "delay_ms": 100});
+    let body = serde_json::json!({"message": format!("[[mock {step}]]")}).to_string();
+    let mut streams = Vec::new();
+    for id in &ids {
+        let mut s = TcpStream::connect(&b.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        crate::edges::send_message(&mut s, &b.addr, id, &body);
+        let mut first = [0u8; 12];
+        s.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200", "a turn is accepted");
+        streams.push(s);
+    }
+    // Every connection is busy now: newcomers are refused, and read why, even one that
+    // sends its request (a large one) only after the refusal arrived: the server reads it
+    // and drops it instead of resetting the connection under the client's feet.
+    for i in 0..20 {
+        let mut s = TcpStream::connect(&b.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut first = [0u8; 1];
+        s.peek(&mut first)
+            .expect("the refusal arrives before the request is sent");
+        let body = "x".repeat(1 << 20);
+        let req = format!(
+            "POST /v1/sessions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            b.addr,
+            body.len()
+        );
+        if let Err(e) = s.write_all(req.as_bytes()) {
+            panic!("newcomer {i}: the refused connection was reset under its request: {e}");
+        }
+        let x = read_answer(&mut s, Duration::from_secs(2));
+        assert_eq!(x.status, 503, "newcomer {i}: {} {}", x.head, x.body);
+        let v: Value = serde_json::from_str(&x.body).unwrap();
+        assert_eq!(v["error"], "unavailable", "{}", x.body);
+    }
+    for (i, mut s) in streams.into_iter().enumerate() {
+        let mut all = String::new();
+        let _ = s.read_to_string(&mut all);
+        assert!(
+            all.contains("\"status\":\"completed\""),
+            "turn {i} of {cap} did not complete: {}",
+            all.lines()
+                .filter(|l| l.contains("error"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    drop(idle);
+    wait_for("a new client to be served", Duration::from_secs(10), || {
+        crate::server::call(&b, "GET", "/health", None).0 == 200
+    });
 }
