@@ -155,6 +155,7 @@ const FAILED = {
   provider_error: 'The model server reported an error',
   provider_http_error: 'The model server answered with an HTTP error',
   provider_malformed: 'The model server sent a reply brain could not read',
+  unavailable: 'brain is out of resources (too many open files); try again shortly',
   internal: 'brain hit an internal error',
 };
 

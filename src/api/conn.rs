@@ -4,9 +4,11 @@
 //!
 //! Deadlines (SPEC §12): a request's head and body must arrive within `--request-timeout`
 //! of its first byte (else 408 and close); between requests a kept-alive connection may be
-//! silent for the idle timeout (then it is closed without a word); every write has the
-//! request timeout too (SSE writes their own). A read never blocks past the time left,
-//! so a client trickling one byte at a time cannot stretch a deadline.
+//! silent for the idle timeout (then it is closed without a word); a whole answer must be
+//! written within the request timeout, and so must each frame of a stream (a client that
+//! stops reading is cut, with a reset, once a frame has waited that long; its attempt goes
+//! on, I8). A read never blocks past the time left, so a client trickling one byte at a
+//! time cannot stretch a deadline.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -18,6 +20,7 @@ use super::http::{self, Request};
 use super::request::{self, Framing, Head, Parsed};
 use super::routes::{self, Reply};
 use super::server::{BUSY, IDLE, READING, Shared, Slot, WRITING};
+use super::sockopt;
 
 /// The largest request head (request line and headers).
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -25,11 +28,12 @@ pub const MAX_HEAD_BYTES: usize = 32 * 1024;
 /// How much is read from a socket at once.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 
-/// How long a single SSE write may block on a client that does not read.
-pub const SSE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The longest chunk-size line of a chunked body (size, extensions).
 const MAX_CHUNK_LINE_BYTES: usize = 1024;
+
+/// The most bytes of trailer fields a chunked body may end with (all lines together):
+/// trailers are read and dropped, so more is only a client making the server work.
+const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
 /// Why reading stopped.
 enum Stop {
@@ -91,22 +95,47 @@ impl Input<'_> {
         Ok(std::mem::replace(&mut self.buf, rest))
     }
 
-    /// Takes one CRLF-terminated line (without its CRLF), at most `max` bytes long.
+    /// Takes one CRLF-terminated line (without its CRLF), at most `max` bytes long. The
+    /// verdict never depends on how the bytes arrived: a line over `max` is refused whether
+    /// its end is already here or not, and a bare LF is refused as soon as it is seen.
     fn line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, Stop> {
+        let refused = |why: &str| Stop::Refused(ApiError::bad_request(why.to_owned()));
         loop {
-            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let line = self.take(i + 2, deadline)?;
-                return Ok(line[..i].to_vec());
+            // Only the first `max` + CRLF bytes can hold this line's end.
+            let window = &self.buf[..self.buf.len().min(max + 2)];
+            if let Some(lf) = window.iter().position(|&b| b == b'\n') {
+                if lf == 0 || window[lf - 1] != b'\r' {
+                    return Err(refused("malformed chunked body: a bare LF ends a line"));
+                }
+                if lf - 1 > max {
+                    return Err(refused("malformed chunked body: a line is too long"));
+                }
+                let line = self.take(lf + 1, deadline)?;
+                return Ok(line[..lf - 1].to_vec());
             }
-            if self.buf.len() > max {
-                return Err(Stop::Refused(ApiError::bad_request(
-                    "malformed chunked body: a line is too long",
-                )));
+            if window.len() > max + 1 {
+                return Err(refused("malformed chunked body: a line is too long"));
             }
             if !self.fill(deadline)? {
                 return Err(Stop::Closed);
             }
         }
+    }
+
+    /// Takes the CRLF that must come next, refusing a wrong byte as soon as it arrives.
+    fn crlf(&mut self, deadline: Instant) -> Result<(), Stop> {
+        for want in [b'\r', b'\n'] {
+            if self.buf.is_empty() && !self.fill(deadline)? {
+                return Err(Stop::Closed);
+            }
+            if self.buf.first() != Some(&want) {
+                return Err(Stop::Refused(ApiError::bad_request(
+                    "malformed chunked body: a chunk does not end with CRLF",
+                )));
+            }
+            self.buf.remove(0);
+        }
+        Ok(())
     }
 }
 
@@ -160,12 +189,15 @@ fn answer_and_close(slot: &Slot, shared: &Shared, e: &ApiError) {
 
 /// Writes on a connection's socket, marking each write in the registry so that one that
 /// stays blocked (a client not reading) can be closed to make room at the cap, and
-/// bounding each write (and, for an answer, the whole answer) in time.
+/// bounding the writes in time: a whole answer within the request timeout, and each frame
+/// of a stream within it too (from the frame's first byte, however many partial writes it
+/// takes, so a client that stops reading is cut at the deadline, not after several).
 struct SlotWriter<'a> {
     shared: &'a Shared,
     slot: &'a Slot,
-    per_write: Duration,
     deadline: Option<Instant>,
+    /// A stream's: the deadline is set by each frame's first write, cleared by its flush.
+    per_frame: bool,
 }
 
 impl<'a> SlotWriter<'a> {
@@ -174,29 +206,32 @@ impl<'a> SlotWriter<'a> {
         SlotWriter {
             shared,
             slot,
-            per_write: shared.request_timeout,
             deadline: Some(Instant::now() + shared.request_timeout),
+            per_frame: false,
         }
     }
 
-    /// For a stream: each write within [`SSE_WRITE_TIMEOUT`], the stream as long as its
-    /// attempt.
+    /// For a stream: each frame within the request timeout, the stream as long as its
+    /// attempt. The socket's send buffer is kept small, so what a stalled client leaves
+    /// queued in the kernel stays bounded (see [`sockopt`]).
     fn stream(shared: &'a Shared, slot: &'a Slot) -> SlotWriter<'a> {
+        sockopt::bound_send_buffer(&slot.stream);
         SlotWriter {
             shared,
             slot,
-            per_write: SSE_WRITE_TIMEOUT,
             deadline: None,
+            per_frame: true,
         }
     }
 }
 
 impl Write for SlotWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut limit = self.per_write;
-        if let Some(d) = self.deadline {
-            limit = limit.min(d.saturating_duration_since(Instant::now()));
-        }
+        let timeout = self.shared.request_timeout;
+        let deadline = *self
+            .deadline
+            .get_or_insert_with(|| Instant::now() + timeout);
+        let limit = deadline.saturating_duration_since(Instant::now());
         if limit.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
@@ -217,6 +252,9 @@ impl Write for SlotWriter<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if self.per_frame {
+            self.deadline = None;
+        }
         Ok(())
     }
 }
@@ -274,7 +312,17 @@ fn one_request(
                 http::stream(&mut w, &id.to_string(), sub, chunked)
             };
             if let Err(e) = streamed {
-                log::debug!("a stream of {id} ended early: {e}");
+                if e.kind() == io::ErrorKind::TimedOut {
+                    // A client that stopped reading: its queued frames are dropped with the
+                    // connection at once (a reset), not kept in the kernel for minutes.
+                    log::info!(
+                        "a stream of {id} was cut: its client read nothing for {} s",
+                        shared.request_timeout.as_secs()
+                    );
+                    sockopt::reset_on_close(&slot.stream);
+                } else {
+                    log::debug!("a stream of {id} ended early: {e}");
+                }
             }
             Ok(false)
         }
@@ -418,10 +466,17 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
         if size == 0 {
             // Trailer fields, then the empty line; each must be a plain field line, so no
             // reader can see a different end of the message.
+            let mut trailer_bytes = 0;
             loop {
                 let trailer = input.line(MAX_CHUNK_LINE_BYTES, deadline)?;
                 if trailer.is_empty() {
                     return Ok(body);
+                }
+                trailer_bytes += trailer.len() + 2;
+                if trailer_bytes > MAX_TRAILER_BYTES {
+                    return Err(ChunkError::Stop(Stop::Refused(ApiError::bad_request(
+                        format!("malformed chunked body: trailers over {MAX_TRAILER_BYTES} bytes"),
+                    ))));
                 }
                 if !is_field_line(&trailer) {
                     return Err(bad());
@@ -432,9 +487,7 @@ fn read_chunked(input: &mut Input, max: usize, deadline: Instant) -> Result<Vec<
             return Err(ChunkError::TooLarge);
         }
         body.extend(input.take(size, deadline)?);
-        if !input.take(2, deadline)?.eq(b"\r\n") {
-            return Err(bad());
-        }
+        input.crlf(deadline)?;
     }
 }
 

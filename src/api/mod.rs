@@ -2,7 +2,9 @@
 //! connection, every connection under deadlines and a cap (see [`server`] for the
 //! connection model), request heads parsed by `httparse` and judged before any body is read.
 //!
+//! - [`refuse`]: refusing a connection with 503 so that its client reads it.
 //! - [`server`]: the listener, the connection registry and its cap, shutdown.
+//! - [`sockopt`]: socket options bounding what a stalled client leaves in the kernel.
 //! - [`conn`]: one connection's life: deadlines, body framing, keep-alive, streams.
 //! - [`request`]: parsing and judging a head: framing, the request-target (pure).
 //! - [`error`]: the one mapping from typed errors to status and code.
@@ -19,9 +21,11 @@ pub mod dbhealth;
 pub mod error;
 pub mod guards;
 pub mod http;
+pub mod refuse;
 pub mod request;
 pub mod routes;
 pub mod server;
+pub mod sockopt;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -82,6 +86,7 @@ pub fn start(config: ApiConfig, engine: Engine) -> Result<Running, String> {
         stopping: AtomicBool::new(false),
         request_timeout: config.request_timeout,
         idle_timeout: config.idle_timeout,
+        refuser: refuse::Refuser::default(),
         api: Arc::new(Api {
             engine,
             config: ApiConfig {

@@ -3,15 +3,15 @@
 //! The connection model: one accept thread; each accepted connection gets its own thread
 //! for its whole life (reading requests, answering, streaming), so a slow or stalled client
 //! only ever holds its own connection. Every connection is registered in [`Connections`],
-//! which caps how many are open (`--max-connections`, kept below the file-descriptor limit)
-//! and knows each one's state, so that at the cap an idle connection (then the oldest one
-//! still sending its request) is closed to make room, and only when every open connection
-//! is busy answering is a newcomer refused, at once, with 503. The accept loop never ends
-//! on an error: running out of file descriptors is logged and retried after a pause, and a
-//! panic inside the loop restarts it.
+//! which caps how many are open (`--max-connections`, kept below the file-descriptor limit
+//! with room for each connection's provider call, see [`fitting_cap`]) and knows each one's
+//! state, so that at the cap an idle connection (then the oldest one still sending its
+//! request) is closed to make room, and only when every open connection is busy answering
+//! is a newcomer refused, at once, with a 503 it gets to read ([`super::refuse`]). The
+//! accept loop never ends on an error: running out of file descriptors is logged and
+//! retried after a pause, and a panic inside the loop restarts it.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -19,12 +19,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::error::ApiError;
-use super::{Api, conn, http};
+use super::{Api, conn, refuse};
 
-/// File descriptors kept free for everything that is not a client connection (the
-/// database and its WAL, provider connections, the lock file, standard streams).
+/// File descriptors kept free for everything that is not a client connection or its
+/// turn's provider call: the database (the writer and the reader pool, each with its WAL
+/// and shared-memory files), the provider client's idle pool and background calls (titles,
+/// memories, summaries, health probes), MCP servers' pipes, the lock file, the listener,
+/// standard streams and logs.
 pub const FD_RESERVE: u64 = 64;
+
+/// Descriptors one connection may need: its socket, and the provider connection of the
+/// turn it streams.
+pub const FDS_PER_CONNECTION: u64 = 2;
 
 /// How long the accept loop pauses after running out of file descriptors (or another
 /// accept error) before it tries again.
@@ -254,6 +260,7 @@ pub struct Shared {
     pub stopping: AtomicBool,
     pub request_timeout: Duration,
     pub idle_timeout: Duration,
+    pub refuser: refuse::Refuser,
 }
 
 /// A running server.
@@ -378,7 +385,12 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 // Out of descriptors (EMFILE/ENFILE) or worse: never stop listening. Free a
                 // descriptor if an idle connection holds one, pause, and try again.
                 if fd_warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    log::warn!("accepting connections failed: {e}; retrying");
+                    let what = if crate::provider::out_of_descriptors(&e) {
+                        "too many open files"
+                    } else {
+                        "an error"
+                    };
+                    log::warn!("accepting connections failed ({what}: {e}); retrying");
                     fd_warned_at = Some(Instant::now());
                 }
                 shared.connections.evict();
@@ -403,7 +415,8 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream) {
     let (id, slot) = match shared.connections.register(stream) {
         Ok(registered) => registered,
         Err(stream) => {
-            refuse(&stream, "too many connections are open; try again shortly");
+            let message = "too many connections are open; try again shortly";
+            shared.refuser.refuse(stream, message);
             return;
         }
     };
@@ -423,37 +436,43 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream) {
     if let Err(e) = spawned {
         log::warn!("cannot start a connection thread: {e}");
         shared.connections.remove(id);
-        refuse(
-            &slot.stream,
-            "the server is at its thread limit; try again shortly",
-        );
+        // The thread's share of the slot went with the closure: the socket is ours alone.
+        if let Ok(slot) = Arc::try_unwrap(slot) {
+            let message = "the server is at its thread limit; try again shortly";
+            shared.refuser.refuse(slot.stream, message);
+        }
     }
-}
-
-/// Answers 503 without waiting on the client (the write goes to the socket's buffer or
-/// not at all), then closes.
-fn refuse(stream: &TcpStream, message: &str) {
-    let _ = stream.set_nonblocking(true);
-    let answer = http::error(&ApiError::new(503, "unavailable", message));
-    let mut w: &TcpStream = stream;
-    let _ = answer.write_to(&mut w, false, false);
-    let _ = w.flush();
-    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// Raises the soft limit on open files to the hard limit and returns the connection cap
-/// that fits under it with [`FD_RESERVE`] to spare.
+/// that fits under it (see [`fitting_cap`]), logging it.
 pub fn connection_cap(configured: usize) -> usize {
-    let soft = raise_fd_limit();
-    let fitting = soft.saturating_sub(FD_RESERVE).max(soft / 2).max(1);
-    let cap = (configured as u64).min(fitting) as usize;
+    let limit = raise_fd_limit();
+    let fitting = fitting_cap(limit);
+    let cap = configured.min(fitting);
+    let why = format!(
+        "the open-file limit is {limit}: {FD_RESERVE} descriptors are kept for the \
+         database, the provider's background calls, MCP servers and logs, and \
+         {FDS_PER_CONNECTION} for each connection (its socket and its turn's provider call)"
+    );
     if cap < configured {
         log::warn!(
-            "the open-file limit is {soft}: serving at most {cap} connections (not \
-             {configured}); raise it with `ulimit -n`"
+            "serving at most {cap} connections, not {configured}: {why}; raise the limit \
+             with `ulimit -n`"
         );
+    } else {
+        log::info!("serving at most {cap} connections ({why})");
     }
     cap
+}
+
+/// The most connections whose descriptors fit under an open-file limit of `limit`, with
+/// [`FD_RESERVE`] kept, room for the connections closed but not yet let go
+/// ([`EVICTED_SLACK`]) and those being refused ([`refuse::LINGERING_MAX`]).
+pub fn fitting_cap(limit: u64) -> usize {
+    let others = FD_RESERVE + (EVICTED_SLACK + refuse::LINGERING_MAX) as u64;
+    let fitting = limit.saturating_sub(others) / FDS_PER_CONNECTION;
+    usize::try_from(fitting).unwrap_or(usize::MAX).max(1)
 }
 
 #[cfg(unix)]

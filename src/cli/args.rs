@@ -178,7 +178,8 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
-    /// Seconds a request's headers and body may take to arrive (else 408)
+    /// Seconds a request's headers and body may take to arrive (else 408), and an answer,
+    /// or one frame of a stream, to be written (else the connection is closed)
     #[arg(long, env = "BRAIN_REQUEST_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub request_timeout: u64,
     /// The most client connections open at once (past it, new ones are refused at once)

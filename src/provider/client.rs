@@ -593,6 +593,9 @@ pub(super) fn classify(e: ureq::Error, timeout: Duration) -> ProviderError {
 
 fn classify_io(e: &std::io::Error, timeout: Duration) -> ProviderError {
     use std::io::ErrorKind::*;
+    if super::out_of_descriptors(e) {
+        return ProviderError::NoDescriptors(e.to_string());
+    }
     match e.kind() {
         TimedOut | WouldBlock => ProviderError::Timeout(timeout),
         ConnectionRefused | ConnectionReset | ConnectionAborted | NotConnected

@@ -168,6 +168,24 @@ pub enum ProviderError {
     Timeout(Duration),
     #[error("the request was cancelled")]
     Cancelled,
+    /// brain itself ran out of file descriptors (EMFILE/ENFILE) before reaching the
+    /// provider: not the provider's fault, and not a cut stream.
+    #[error("brain has too many open files to reach the provider: {0}")]
+    NoDescriptors(String),
+}
+
+/// Whether an I/O error is the process (EMFILE) or the system (ENFILE) out of file
+/// descriptors.
+pub fn out_of_descriptors(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 impl ProviderError {
@@ -183,6 +201,7 @@ impl ProviderError {
             ProviderError::IdleTimeout(_) => "idle_timeout",
             ProviderError::Timeout(_) => "provider_timeout",
             ProviderError::Cancelled => "stopped",
+            ProviderError::NoDescriptors(_) => "unavailable",
         }
     }
 
@@ -192,6 +211,23 @@ impl ProviderError {
             ProviderError::Http { status, .. } => *status == 429 || *status >= 500,
             ProviderError::Malformed(_) | ProviderError::Cancelled => false,
             _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn running_out_of_descriptors_is_not_a_cut_stream() {
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let io = std::io::Error::from_raw_os_error(errno);
+            let e = client::classify(ureq::Error::Io(io), Duration::from_secs(1));
+            assert_eq!(e.code(), "unavailable", "{e}");
+            assert!(e.to_string().contains("too many open files"), "{e}");
+            assert!(e.retryable());
         }
     }
 }

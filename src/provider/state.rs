@@ -148,7 +148,9 @@ impl State {
 fn shows_provider_down(e: &ProviderError) -> bool {
     match e {
         ProviderError::Http { status, .. } => *status >= 500,
-        ProviderError::Remote(_) | ProviderError::Cancelled => false,
+        ProviderError::Remote(_) | ProviderError::Cancelled | ProviderError::NoDescriptors(_) => {
+            false
+        }
         ProviderError::Unreachable(_)
         | ProviderError::Malformed(_)
         | ProviderError::Cut(_)

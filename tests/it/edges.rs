@@ -14,23 +14,23 @@ use crate::server::{Brain, agent, call, new_session, wait_for};
 use crate::support::*;
 
 /// One answer read off a raw socket, and whether the server closed the connection after it.
-struct Exchange {
-    status: u16,
-    head: String,
-    body: String,
-    closed: bool,
+pub struct Exchange {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+    pub closed: bool,
 }
 
 /// Sends `bytes`, reads one answer (by its Content-Length), then looks whether the server
 /// closes the connection within `close_wait`.
-fn exchange(addr: &str, bytes: &[u8], close_wait: Duration) -> Exchange {
+pub fn exchange(addr: &str, bytes: &[u8], close_wait: Duration) -> Exchange {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = s.write_all(bytes);
     read_answer(&mut s, close_wait)
 }
 
-fn read_answer(s: &mut TcpStream, close_wait: Duration) -> Exchange {
+pub fn read_answer(s: &mut TcpStream, close_wait: Duration) -> Exchange {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let (head, body_start) = loop {
@@ -101,7 +101,7 @@ fn health_within_a_second(b: &Brain, when: &str) {
     );
 }
 
-fn raise_own_fd_limit() {
+pub fn raise_own_fd_limit() {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
 }
 
@@ -624,16 +624,7 @@ fn at_the_cap_idle_connections_make_room_and_busy_ones_are_never_dropped() {
     for id in &ids {
         let body = json!({"message": format!("[[mock {}]]", slow_big(20, 100))}).to_string();
         let mut s = TcpStream::connect(&b.addr).unwrap();
-        s.write_all(
-            format!(
-                "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {}\r\n\
-                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                b.addr,
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .unwrap();
+        send_message(&mut s, &b.addr, id, &body);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut first = [0u8; 12];
         s.read_exact(&mut first).unwrap();
@@ -658,6 +649,19 @@ fn at_the_cap_idle_connections_make_room_and_busy_ones_are_never_dropped() {
     health_within_a_second(&b, "after the streams ended");
 }
 
+/// Writes a `POST /v1/sessions/{id}/messages` with the JSON `body` on a raw socket.
+pub fn send_message(s: &mut TcpStream, addr: &str, id: &str, body: &str) {
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/messages HTTP/1.1\r\nHost: {addr}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+}
+
 /// A mock step streaming `chunks` pieces of ~4 KiB, `delay_ms` apart.
 fn slow_big(chunks: u32, delay_ms: u32) -> Value {
     json!({"kind": "stream", "text": "y".repeat(chunks as usize * 4096), "chunks": chunks,
@@ -675,16 +679,7 @@ fn a_client_that_never_reads_its_stream_blocks_no_other_session() {
     mock.script(json!({"kind": "stream", "text": "z".repeat(4 << 20), "chunks": 256}));
     let body = json!({"message": "a long one, please"}).to_string();
     let mut s = TcpStream::connect(&b.addr).unwrap();
-    s.write_all(
-        format!(
-            "POST /v1/sessions/{stalled}/messages HTTP/1.1\r\nHost: {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            b.addr,
-            body.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    send_message(&mut s, &b.addr, &stalled, &body);
     wait_for("the long answer to be asked for", || {
         !mock.requests().is_empty()
     });
@@ -738,14 +733,10 @@ fn running_out_of_file_descriptors_never_silences_the_listener() {
     assert_eq!(status, 201, "the database still works");
 }
 
-#[test]
-fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
-    let mock = MockLlm::start(&[]);
-    let db = TempDb::new();
-    let mut cmd = serve_command(&db, &mock.url);
-    cmd.env("RUST_LOG", "debug")
-        .stderr(std::process::Stdio::piped());
-    let (mut child, url) = spawn_serve(&mut cmd);
+/// Starts a server command with its standard error piped: the server, and its log lines.
+pub fn spawn_logged(cmd: &mut Command) -> (Brain, std::sync::mpsc::Receiver<String>) {
+    cmd.stderr(std::process::Stdio::piped());
+    let (mut child, url) = spawn_serve(cmd);
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -753,11 +744,18 @@ fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
             let _ = tx.send(l);
         }
     });
-    let b = Brain {
-        addr: url.trim_start_matches("http://").to_owned(),
-        url,
-        child,
-    };
+    let addr = url.trim_start_matches("http://").to_owned();
+    (Brain { child, url, addr }, rx)
+}
+
+#[test]
+fn the_log_has_levels_timestamps_and_a_line_per_request_at_debug() {
+    let mock = MockLlm::start(&[]);
+    let db = TempDb::new();
+    let mut cmd = serve_command(&db, &mock.url);
+    cmd.env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped());
+    let (b, rx) = spawn_logged(&mut cmd);
     let (status, _) = call(&b, "GET", "/v1/sessions?limit=3", None);
     assert_eq!(status, 200);
     let wanted = |needle: &str, rx: &std::sync::mpsc::Receiver<String>| -> String {

@@ -11,6 +11,7 @@ mod conformance;
 mod consent;
 mod crash;
 mod edges;
+mod edges_limits;
 mod edit_api;
 mod edit_cli;
 mod edit_store;
