@@ -164,6 +164,10 @@ impl Provider {
     /// arrive through the stream.
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {
         let (tx, rx) = std::sync::mpsc::sync_channel(config::STREAM_BUFFER_CHUNKS);
+        // An agent of its own, so ending the stream (shutting the agent down) closes this
+        // stream's connection at once: its reader thread ends, and the provider, seeing
+        // the connection go, frees its slot.
+        let agent = new_agent();
         let cancel = Arc::default();
         let mut body = request_body(req, true);
         let offered = !req.tools.is_empty() && self.offers_tools(&req.model);
@@ -174,7 +178,7 @@ impl Provider {
             if offered {
                 let (tool_less, model) = (Arc::clone(&self.tool_less), req.model.clone());
                 without = Some(WithoutTools {
-                    request: self.stream_request(),
+                    request: self.stream_request(&agent),
                     body: bare.to_string(),
                     answered: Box::new(move || {
                         log::warn!(
@@ -188,18 +192,33 @@ impl Provider {
                 body = bare;
             }
         }
-        let stream = ChatStream::new(rx, cancel, &self.cfg, Arc::clone(&self.shared));
+        let stream = ChatStream::new(
+            rx,
+            cancel,
+            agent.clone(),
+            &self.cfg,
+            Arc::clone(&self.shared),
+        );
         let flag = stream.cancel_handle();
-        let (request, body) = (self.stream_request(), body.to_string());
-        thread::spawn(move || read_stream(request, body, without, &tx, &flag));
+        let (request, body) = (self.stream_request(&agent), body.to_string());
+        let spawned = thread::Builder::new()
+            .name("brain-stream".into())
+            .spawn(move || read_stream(request, body, without, &tx, &flag));
+        if let Err(e) = spawned {
+            // The sender went with the closure: the stream reports it as cut.
+            log::error!("cannot start a stream's reader thread: {e}");
+        }
         stream
     }
 
-    fn stream_request(&self) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    fn stream_request(
+        &self,
+        agent: &ureq::Agent,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         // The transport gives up a little after the caller would have.
         let per_read =
             self.cfg.first_token_timeout.max(self.cfg.idle_timeout) + config::TRANSPORT_READ_GRACE;
-        self.post("chat/completions")
+        post_on(agent, &self.cfg, "chat/completions")
             .header("Accept", "text/event-stream")
             .config()
             .timeout_per_read(Some(per_read))

@@ -26,6 +26,7 @@ mod provider;
 mod provider_health;
 mod purge;
 mod real_llm;
+mod release;
 mod search;
 mod search_size;
 mod server;
