@@ -156,10 +156,6 @@ impl Provider {
         &self.lanes
     }
 
-    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        post_on(&self.agent, &self.cfg, path)
-    }
-
     /// Starts a streamed chat completion. Errors (including an unreachable provider)
     /// arrive through the stream.
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {

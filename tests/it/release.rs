@@ -127,7 +127,9 @@ fn sigterm_while_another_process_holds_the_write_lock_sends_the_end_and_exits_wi
             )
             .unwrap_or(0)
     };
-    wait_for("a checkpoint", Duration::from_secs(20), || checkpoints() > 0);
+    wait_for("a checkpoint", Duration::from_secs(20), || {
+        checkpoints() > 0
+    });
     // Another process's write transaction (this test's connection is one): brain's
     // writes wait for it, each up to its busy timeout, and fail.
     let holder = db.raw();
