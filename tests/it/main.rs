@@ -4,6 +4,7 @@
 mod attempts;
 mod background;
 mod browser;
+mod budget;
 mod checkpoints;
 mod cli;
 mod compaction;
