@@ -8,7 +8,8 @@
 //! - [`toolcalls`]: `delta.tool_calls` pieces assembled into whole calls (pure).
 //! - [`toolless`]: models whose server refused `tools`, for a while (pure).
 //! - [`state`]: what the client remembers: the listing and the last observation (pure).
-//! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
+//! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer;
+//!   `body`: bounded answer bodies and what a transport error means.
 //! - [`stream`]: a streamed completion, its timeouts and cancellation.
 //! - [`lanes`]: the chat first; background calls only while no chat waits, and
 //!   cancelled when one arrives.
@@ -17,6 +18,7 @@
 //! prompt and messages and gives back events and errors. Usage is normalised here, once:
 //! `input_tokens` excludes cache reads.
 
+mod body;
 pub mod client;
 pub mod lanes;
 pub mod sse;

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
-use super::client::{Shared, classify, excerpt, http_error, read_limited};
+use super::body::{classify, excerpt, http_error, read_limited};
+use super::client::Shared;
 use super::sse::{Frame, SseParser};
 use super::think::{Split, ThinkSplitter};
 use super::toolcalls::Assembler;
