@@ -21,28 +21,27 @@ fn compactions(b: &Brain, id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The budget's settings, the same for the server and `sessions compact`.
+const BUDGET: &[&str] = &[
+    "--tools",
+    "on",
+    "--context-window",
+    "2000",
+    "--max-output-tokens",
+    "600",
+    "--compact-at",
+    "0.9",
+];
+
 #[test]
 fn context_compact_and_the_turn_agree_on_the_budget_with_tools_configured() {
     let mock = MockLlm::start(&[]);
     let db = TempDb::new();
     // window 2000, 600 kept for the answer: without the tool definitions the trigger would
     // be 1400 (0.9 × 2000 is more).
-    let b = Brain::start(
-        &db,
-        &mock.url,
-        &[
-            "--titles",
-            "off",
-            "--tools",
-            "on",
-            "--context-window",
-            "2000",
-            "--max-output-tokens",
-            "600",
-            "--compact-at",
-            "0.9",
-        ],
-    );
+    let mut serve = vec!["--titles", "off"];
+    serve.extend(BUDGET);
+    let b = Brain::start(&db, &mock.url, &serve);
     let id = new_session(&b);
     let path = format!("/v1/sessions/{id}/messages");
     let context = || call(&b, "GET", &format!("/v1/sessions/{id}/context"), None).1;
@@ -98,14 +97,30 @@ fn context_compact_and_the_turn_agree_on_the_budget_with_tools_configured() {
     let tools = first["tools_tokens"].as_u64().unwrap_or(0);
     assert!(tools > 0, "/context counts the tool definitions: {first}");
     assert_eq!(trigger, 1400 - tools, "{first}");
-    // `brain sessions compact` (through the server holding the database) reports the same.
+    // `brain sessions compact` reports the same: through the server holding the database,
+    // and in-process with the server's settings once it is gone.
+    let expected = format!("window 2000 from --context-window, trigger {trigger})");
     let out = run_brain_on(&db, &["sessions", "compact", &id], b"");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains(&format!(
-            "window 2000 from --context-window, trigger {trigger})"
-        )),
+        text.contains(&expected),
         "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(b);
+    let out = run_brain_on(
+        &db,
+        &[
+            &["sessions", "compact", &id, "--provider-url", &mock.url],
+            BUDGET,
+        ]
+        .concat(),
+        b"",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&expected),
+        "in-process: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
