@@ -495,11 +495,17 @@ fn compact(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let provider = Arc::new(Provider::new(args.provider_config()));
-    let tools = Arc::new(tools.start(Some(Arc::clone(store)))?);
+    let settings = args.engine_settings();
+    // As `serve`: the stdio servers' process groups are recorded beside the database.
+    let links = crate::tools::mcp::LinkOptions {
+        groups: super::tools::server_groups(db),
+        ..crate::tools::mcp::LinkOptions::for_results(settings.tool_limits.max_tool_result_bytes)
+    };
+    let tools = Arc::new(tools.start(Some(Arc::clone(store)), links)?);
     let engine = Engine::coordinated(
         Arc::clone(store),
         provider,
-        args.engine_settings(),
+        settings,
         Arc::clone(&tools),
         super::coordinator(db)?,
     );
