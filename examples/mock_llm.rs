@@ -19,7 +19,8 @@
 //!   `text`, `reasoning`, `think` (send reasoning as a leading `<think>` block),
 //!   `chunks`, `delay_ms`, `first_delay_ms`, `headers_delay_ms`, `cut_after` (close after
 //!   that many chunks, no `[DONE]`), `garbage_after`, `status` (an HTTP error), `hang`
-//!   (headers, then silence), `hang_before_headers`, `finish_reason`, `no_usage`, `endless`
+//!   (headers, then silence until the client hangs up, recorded as `_cancelled`),
+//!   `hang_before_headers` (silence at once, likewise), `finish_reason`, `no_usage`, `endless`
 //!   (a 200 whose body never ends: streamed, one `data:` line without a newline; not
 //!   streamed, a JSON completion whose content never closes), `endless_chunks` (a stream
 //!   of valid 64 KiB text chunks that never finishes).
@@ -81,7 +82,7 @@ mod tools;
 
 use answer::{endless, serve};
 
-use slot::{pause, take_slot};
+use slot::{hold, pause, take_slot};
 
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;

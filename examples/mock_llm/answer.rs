@@ -35,7 +35,7 @@ pub(super) fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std:
     let calls = tools::calls(&step);
     let ms = |k: &str| Duration::from_millis(step[k].as_u64().unwrap_or(0));
     if step["hang_before_headers"] == true {
-        thread::sleep(Duration::from_secs(3600));
+        return hold(stream);
     }
     if step["endless_chunks"] == true {
         return endless_chunks(stream);
@@ -121,8 +121,7 @@ pub(super) fn serve(stream: &mut TcpStream, state: &Shared, body: Value) -> std:
     )?;
     stream.flush()?;
     if step["hang"] == true {
-        thread::sleep(Duration::from_secs(3600));
-        return Ok(());
+        return hold(stream);
     }
     pause(stream, ms("first_delay_ms"))?;
     let mut frames: Vec<Value> = Vec::new();

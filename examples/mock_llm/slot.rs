@@ -61,6 +61,19 @@ fn hung_up(stream: &TcpStream) -> bool {
     }
 }
 
+/// Holds the connection open and silent (a hung server) until the client hangs up, which
+/// is an error, as in [`pause`], so the request is recorded as `_cancelled`.
+pub fn hold(stream: &TcpStream) -> std::io::Result<()> {
+    let until = Instant::now() + Duration::from_secs(3600);
+    while Instant::now() < until {
+        if hung_up(stream) {
+            return Err(std::io::Error::other("the client hung up"));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Sleeps `d`, watching for a hang-up in `--one-slot` mode (the slot is freed at once).
 pub fn pause(stream: &TcpStream, d: Duration) -> std::io::Result<()> {
     if !options().one_slot {

@@ -9,7 +9,6 @@ use super::http::{self, Answer, Request, json_body, number};
 use super::request::{Head, Target};
 use super::{Api, assets, views};
 use crate::chat::frames::Subscription;
-use crate::session::compactor::Budget;
 use crate::session::cursor::{ArchivedFilter, Cursor};
 use crate::session::events::TitledBy;
 use crate::session::projection::llm_context;
@@ -409,20 +408,13 @@ fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
     let store = api.engine.store();
     let ctx = llm_context(&store.events_for_context(id)?);
     let tokens = api.estimator.context(&ctx);
-    let s = api.engine.settings();
     // Like `/v1/models`: the last known listing, or a bounded wait when none is known, so
     // a hung provider cannot hold this page.
     let (list, model) = known_models(api);
-    let window = crate::provider::window_in(
-        &list,
-        model.as_deref().unwrap_or_default(),
-        s.context_window,
-    );
-    let budget = Budget {
-        window: window.tokens,
-        compact_at: s.compact_at,
-        output_reserve: s.max_output_tokens.map_or(0, u64::from),
-    };
+    // The turn's own budget, tool definitions included.
+    let b = api
+        .engine
+        .context_budget(model.as_deref().unwrap_or_default(), &list);
     let messages: Vec<Value> = ctx
         .messages
         .iter()
@@ -435,8 +427,9 @@ fn context(api: &Api, id: SessionId) -> Result<Answer, ApiError> {
             "system": ctx.system,
             "messages": messages,
             "tokens": tokens.total,
-            "window": window.tokens,
-            "trigger_tokens": budget.trigger_tokens(),
+            "window": b.window.tokens,
+            "trigger_tokens": b.budget.trigger_tokens(),
+            "tools_tokens": b.tools_tokens,
             "model": model,
         }),
     ))

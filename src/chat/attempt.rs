@@ -8,7 +8,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::end::end_attempt;
+use super::budget::{ContextBudget, context_budget, listing_for};
+use super::end::{end_attempt, end_in_time};
 use super::engine::{Fault, Inner, STOP_POLL};
 use super::frames::{ActiveTurn, EndStatus, Frame, Phase};
 use super::summarizer::summarizer;
@@ -154,7 +155,7 @@ fn run(inner: &Arc<Inner>, turn: &ActiveTurn, model: Option<String>) {
         .map(|s| s.model.clone())
         .unwrap_or_default();
     drop(lane);
-    let end = end_attempt(inner, turn, &model, &out, stopped, started.elapsed());
+    let end = end_in_time(inner, turn, &model, &out, stopped, started.elapsed());
     let completed = matches!(
         &end,
         Frame::End {
@@ -193,26 +194,17 @@ fn prepare(
     let provider = Arc::clone(&inner.provider);
     let (chat_model, context_window) = (s.chat_model.clone(), s.context_window);
     // The listing may take until its timeout: resolved on a thread of its own.
-    let (model, window) = off_thread(turn, move || {
+    let (model, list) = off_thread(turn, move || {
         let model = provider.resolve_model(configured.as_deref())?;
-        let is_chat_model = chat_model.as_deref().is_none_or(|m| m == model);
-        let window = provider.window(&model, context_window.filter(|_| is_chat_model));
-        Ok::<_, ProviderError>((model, window))
+        let list = listing_for(&provider, chat_model.as_deref(), context_window, &model);
+        Ok::<_, ProviderError>((model, list))
     })?
     .map_err(Stopped::Error)?;
     // The tool definitions go with every request: they take room in the window like the
     // answer's reserve, so compaction makes room for them (I4).
-    let offered = if inner.provider.offers_tools(&model) {
-        inner.tools.offered()
-    } else {
-        Vec::new()
-    };
-    let tools_tokens = super::steps::definitions_tokens(inner, &offered);
-    let budget = Budget {
-        window: window.tokens,
-        compact_at: s.compact_at,
-        output_reserve: s.max_output_tokens.map_or(0, u64::from) + tools_tokens,
-    };
+    let ContextBudget {
+        budget, offered, ..
+    } = context_budget(inner, &model, &list);
     let (_, tokens) = inner
         .compactor
         .estimate(turn.session_id)

@@ -4,10 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{ContextBudget, context_budget, listing_for};
 use super::engine::{Engine, EngineError};
 use super::summarizer::summarizer;
 use crate::session::SessionId;
-use crate::session::compactor::{Bounds, Budget, CompactionError, Interrupt, PassOutcome};
+use crate::session::compactor::{Bounds, CompactionError, Interrupt, PassOutcome};
 
 /// What a compaction by hand did (the answer of `POST …/compact`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,12 +46,15 @@ impl Engine {
             .provider
             .resolve_model(s.chat_model.as_deref())
             .map_err(|e| unavailable(&e))?;
-        let window = inner.provider.window(&model, s.context_window);
-        let budget = Budget {
-            window: window.tokens,
-            compact_at: s.compact_at,
-            output_reserve: s.max_output_tokens.map_or(0, u64::from),
-        };
+        let list = listing_for(
+            &inner.provider,
+            s.chat_model.as_deref(),
+            s.context_window,
+            &model,
+        );
+        // The turn's budget, tool definitions included: the trigger reported is the one
+        // the next turn compacts at.
+        let ContextBudget { budget, window, .. } = context_budget(inner, &model, &list);
         let summarizer = summarizer(inner, &model, budget.window);
         let estimate = || inner.compactor.estimate(id).map(|(_, t)| t);
         let before = estimate().map_err(compaction_error)?;

@@ -1,6 +1,8 @@
 //! How an attempt ends (SPEC §6's table): what it appends, its ledger row, and its `end`
 //! frame.
 
+use std::sync::mpsc;
+use std::thread;
 use std::time::Duration;
 
 use super::attempt::{Stopped, Streamed, last_checkpoint};
@@ -9,6 +11,73 @@ use super::frames::{ActiveTurn, CLAIM_LOST, EndStatus, Frame};
 use crate::session::StoreError;
 use crate::session::events::{AssistantTurn, AttemptEnd, Payload, TurnFailed, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
+
+/// How long an attempt ending during shutdown waits for its record before its `end` frame
+/// goes out with what is known. A write waiting for a database another process holds
+/// takes up to the busy timeout, maybe twice (the record, then its ledger row), and a
+/// checkpoint may have been waiting already: SPEC §12 wants the `end` frame and the exit
+/// within 10 s.
+pub(super) const SHUTDOWN_END_WAIT: Duration = Duration::from_secs(2);
+
+/// [`end_attempt`]; during shutdown its record is written on a thread of its own, and
+/// when that takes longer than [`SHUTDOWN_END_WAIT`] the `end` frame is announced with
+/// what is known (the last checkpoint) while the record goes on, for as long as the
+/// process lives (what it cannot write, the next start's residue recovery ends).
+pub(super) fn end_in_time(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    model: &str,
+    out: &Streamed,
+    stopped: Stopped,
+    took: Duration,
+) -> Frame {
+    if !inner.shutting_down() {
+        return end_attempt(inner, turn, model, out, stopped, took);
+    }
+    let known = known_end(inner, model, out);
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        let spawned = thread::Builder::new()
+            .name("brain-end".into())
+            .spawn_scoped(s, move || {
+                let _ = tx.send(end_attempt(inner, turn, model, out, stopped, took));
+            });
+        if let Err(e) = spawned {
+            log::error!("turn of {}: cannot record its end: {e}", turn.session_id);
+            return known;
+        }
+        if let Ok(end) = rx.recv_timeout(SHUTDOWN_END_WAIT) {
+            return end;
+        }
+        log::warn!(
+            "turn {} of {} (attempt {}): its record waits for the database; its end goes out first",
+            turn.turn,
+            turn.session_id,
+            turn.attempt
+        );
+        turn.announce_end(known.clone());
+        rx.recv().unwrap_or(known)
+    })
+}
+
+/// The `end` frame of an attempt whose record is not written yet: interrupted at its last
+/// checkpoint when it has text, else failed.
+fn known_end(inner: &Inner, model: &str, out: &Streamed) -> Frame {
+    let interrupted = !out.text.is_empty();
+    Frame::End {
+        status: if interrupted {
+            EndStatus::Interrupted
+        } else {
+            EndStatus::Failed
+        },
+        seq: out.last_checkpoint_seq.filter(|_| interrupted),
+        provider: inner.provider.base_url().to_owned(),
+        model: model.to_owned(),
+        usage: out.usage,
+        steps: out.steps.max(1),
+        finish_reason: out.finish_reason.clone(),
+    }
+}
 
 /// Writes what ends the attempt (SPEC §6's table) and returns its `end` frame.
 pub(super) fn end_attempt(

@@ -224,8 +224,13 @@ impl ActiveTurn {
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Keeps a frame for the subscribers; after the end, frames are dropped.
     pub fn push(&self, frame: Frame) {
-        self.lock().keep(frame);
+        let mut log = self.lock();
+        if log.ended_at.is_none() {
+            log.keep(frame);
+        }
+        drop(log);
         self.changed.notify_all();
     }
 
@@ -238,9 +243,17 @@ impl ActiveTurn {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(claim);
+        self.announce_end(end);
+    }
+
+    /// Sends `end` as the last frame (once: a later one is dropped) while the claim stays
+    /// held: a shutdown's attempt whose record still waits for the database (I7 holds).
+    pub(super) fn announce_end(&self, end: Frame) {
         let mut log = self.lock();
-        log.keep(end);
-        log.ended_at = Some(Instant::now());
+        if log.ended_at.is_none() {
+            log.keep(end);
+            log.ended_at = Some(Instant::now());
+        }
         drop(log);
         self.changed.notify_all();
     }

@@ -5,6 +5,7 @@
 //!   server and not by a connection (I8), durable at every step (I2, I5).
 //! - `attempt`, `steps` and `end`: one attempt, from preparing its request through its
 //!   tool steps to its ending.
+//! - [`budget`]: the context budget of a turn, one computation for every caller.
 //! - [`compact`]: compaction by hand.
 //! - [`frames`]: what an attempt streams, kept for late subscribers.
 //! - [`summarizer`]: the provider as compaction's summarizer.
@@ -19,6 +20,7 @@
 
 mod attempt;
 pub mod breaker;
+pub mod budget;
 pub mod compact;
 pub mod consent;
 pub mod coord;

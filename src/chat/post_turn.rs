@@ -3,8 +3,9 @@
 //! failure is logged, never fatal, and every provider call is in the ledger.
 //!
 //! The chat comes first. Post-persist compaction runs only when the context is over the
-//! trigger, which the next request would hit anyway, so it holds the provider's foreground
-//! lane like a chat attempt. Distillation and titles are background calls: they wait for
+//! trigger; its summary is not needed for the next request to fit, so like distillation
+//! and titles it is a background call, and yields to the next turn at once (it resumes
+//! after it). Distillation and titles are background calls: they wait for
 //! the provider's background lane (no chat active, one call at a time by default), ask for
 //! little (a title is one line of at most [`TITLE_MAX_TOKENS`], a memory at most
 //! [`MEMORY_MAX_TOKENS`] of schema-constrained JSON), are cancelled when a chat attempt
@@ -131,30 +132,46 @@ pub(super) fn spawn(
     }
 }
 
-/// Post-persist compaction, when the context is over the trigger: the next request would
-/// compact anyway, so it runs now in the foreground lane (background calls yield to it)
-/// rather than in the next turn's latency.
+/// Post-persist compaction, when the context is over the trigger, so the next turn does
+/// not wait for it. Its summary is not needed for the next request to fit, so it is a
+/// background call (SPEC §5): it waits for the background lane and yields to a chat
+/// attempt at once, its call cancelled (a one-slot server is free for the chat); it then
+/// waits for the lane again, at most [`BACKGROUND_MAX_DEFERRALS`] times, and meanwhile a
+/// turn's pre-send compacts only if its request does not fit without it.
 fn compact_after(job: &Inner, id: SessionId, budget: Budget, model: &str) {
-    match job.compactor.estimate(id) {
-        Ok((_, tokens)) if budget.over_trigger(tokens) => {}
-        _ => return,
-    }
-    let _lane = job.provider.lanes().foreground();
-    let s = summarizer(job, model, budget.window);
-    let interrupted = || job.shutting_down().then_some(Interrupt::Shutdown);
-    match job.compactor.post_persist(
-        id,
-        budget,
-        &s,
-        &Bounds::within(job.settings.compaction_timeout, &interrupted),
-    ) {
-        Ok(_) => {}
-        Err(
-            CompactionError::BackingOff(_)
-            | CompactionError::Refused(_)
-            | CompactionError::Interrupted(_),
-        ) => {}
-        Err(e) => log::warn!("post-turn compaction of {id}: {e}"),
+    for _ in 0..=BACKGROUND_MAX_DEFERRALS {
+        match job.compactor.estimate(id) {
+            Ok((_, tokens)) if budget.over_trigger(tokens) => {}
+            _ => return,
+        }
+        let until = Instant::now() + BACKGROUND_LANE_WAIT;
+        let give_up = || job.shutting_down();
+        let Some(permit) = job.provider.lanes().background(until, &give_up) else {
+            return;
+        };
+        let s = summarizer(job, model, budget.window);
+        let interrupted = || {
+            if job.shutting_down() {
+                Some(Interrupt::Shutdown)
+            } else {
+                permit.cancelled().then_some(Interrupt::Stopped)
+            }
+        };
+        let bounds = Bounds::within(job.settings.compaction_timeout, &interrupted);
+        match job.compactor.post_persist(id, budget, &s, &bounds) {
+            // It yielded to a chat attempt: again once the lane is free.
+            Err(CompactionError::Interrupted(Interrupt::Stopped)) => continue,
+            Ok(_)
+            | Err(
+                CompactionError::BackingOff(_)
+                | CompactionError::Refused(_)
+                | CompactionError::Interrupted(_),
+            ) => return,
+            Err(e) => {
+                log::warn!("post-turn compaction of {id}: {e}");
+                return;
+            }
+        }
     }
 }
 

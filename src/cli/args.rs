@@ -362,6 +362,10 @@ pub enum SessionsCommand {
         /// Settings for compacting in-process (used only when no server holds the database)
         #[command(flatten)]
         provider: ProviderArgs,
+        /// The tools a turn would offer (their definitions take room in the window, so
+        /// the trigger is the server's only with the server's tools)
+        #[command(flatten)]
+        tools: ToolsArgs,
     },
     /// Write sessions out: JSONL (every event, lossless, for `import`) or Markdown (the
     /// transcript)

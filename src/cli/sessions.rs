@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::term::{count, json_text, printable, push_printable};
-use super::{CliError, ExportFormat, ProviderArgs, SessionsCommand, decided_words, transfer};
+use super::{
+    CliError, ExportFormat, ProviderArgs, SessionsCommand, ToolsArgs, decided_words, transfer,
+};
 use crate::api::views;
 use crate::chat::compact::CompactReport;
 use crate::chat::engine::{Engine, EngineError};
@@ -31,9 +33,12 @@ pub fn run(
     let shared = Arc::new(store);
     let store = shared.as_ref();
     match cmd {
-        SessionsCommand::Compact { id, provider, .. } => {
-            compact(&shared, db, id.parse()?, &provider, out)
-        }
+        SessionsCommand::Compact {
+            id,
+            provider,
+            tools,
+            ..
+        } => compact(&shared, db, id.parse()?, (&provider, &tools), out),
         SessionsCommand::Fork { id, at, json, .. } => {
             super::fork::in_process(store, db, id.parse()?, at, json, out)
         }
@@ -487,26 +492,36 @@ fn marked_snippet(h: &SearchHit, bold: bool) -> String {
 /// session's size and backoff (the engine's compaction by hand).
 /// On PostgreSQL it claims the session like a server would, so it never compacts under an
 /// attempt another server runs (409 `turn_in_flight` then, as the server's route says).
+/// The tools count in the budget as in a turn's (`chat::budget`), so it compacts with the
+/// trigger a server with the same settings reports.
 fn compact(
     store: &Arc<Store>,
     db: &std::path::Path,
     id: SessionId,
-    args: &ProviderArgs,
+    (args, tools): (&ProviderArgs, &ToolsArgs),
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let provider = Arc::new(Provider::new(args.provider_config()));
+    let settings = args.engine_settings();
+    // As `serve`: the stdio servers' process groups are recorded beside the database.
+    let links = crate::tools::mcp::LinkOptions {
+        groups: super::tools::server_groups(db),
+        ..crate::tools::mcp::LinkOptions::for_results(settings.tool_limits.max_tool_result_bytes)
+    };
+    let tools = Arc::new(tools.start(Some(Arc::clone(store)), links)?);
     let engine = Engine::coordinated(
         Arc::clone(store),
         provider,
-        args.engine_settings(),
-        Arc::new(crate::tools::Tools::off()),
+        settings,
+        Arc::clone(&tools),
         super::coordinator(db)?,
     );
     let report = engine.compact(id).map_err(|e| match e {
         EngineError::Store(s) => CliError::Store(s),
         other => CliError::Serve(other.to_string()),
-    })?;
-    print_compaction(id, &report, out)
+    });
+    tools.shutdown();
+    print_compaction(id, &report?, out)
 }
 
 /// How long `brain sessions compact` waits for the server: its compaction deadline and

@@ -1,5 +1,5 @@
-//! The HTTP side of the provider: one ureq agent, the non-streamed calls, and the model
-//! listing; streams are in [`super::stream`].
+//! The HTTP side of the provider: a shared ureq agent for the listing and plain calls (each
+//! stream and each cancellable call has its own), and the model listing; streams are in [`super::stream`].
 //!
 //! The listing and the latest observation of the provider live in one [`State`] behind a
 //! mutex that is never held during I/O: a listing is fetched on its own thread, one at a
@@ -7,7 +7,6 @@
 //! bound. Every call records what it saw, and `/health` answers from that.
 
 use std::collections::HashSet;
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -16,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::body::{classify, excerpt, read_body};
 use super::lanes::{DEFAULT_BACKGROUND_SLOTS, Lanes};
 use super::state::{Listing, State, Ttls};
 use super::stream::{ChatStream, WithoutTools, read_stream};
@@ -156,14 +156,14 @@ impl Provider {
         &self.lanes
     }
 
-    fn post(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        post_on(&self.agent, &self.cfg, path)
-    }
-
     /// Starts a streamed chat completion. Errors (including an unreachable provider)
     /// arrive through the stream.
     pub fn stream_chat(&self, req: &ChatRequest) -> ChatStream {
         let (tx, rx) = std::sync::mpsc::sync_channel(config::STREAM_BUFFER_CHUNKS);
+        // An agent of its own, so ending the stream (shutting the agent down) closes this
+        // stream's connection at once: its reader thread ends, and the provider, seeing
+        // the connection go, frees its slot.
+        let agent = new_agent();
         let cancel = Arc::default();
         let mut body = request_body(req, true);
         let offered = !req.tools.is_empty() && self.offers_tools(&req.model);
@@ -174,7 +174,7 @@ impl Provider {
             if offered {
                 let (tool_less, model) = (Arc::clone(&self.tool_less), req.model.clone());
                 without = Some(WithoutTools {
-                    request: self.stream_request(),
+                    request: self.stream_request(&agent),
                     body: bare.to_string(),
                     answered: Box::new(move || {
                         log::warn!(
@@ -188,18 +188,33 @@ impl Provider {
                 body = bare;
             }
         }
-        let stream = ChatStream::new(rx, cancel, &self.cfg, Arc::clone(&self.shared));
+        let stream = ChatStream::new(
+            rx,
+            cancel,
+            agent.clone(),
+            &self.cfg,
+            Arc::clone(&self.shared),
+        );
         let flag = stream.cancel_handle();
-        let (request, body) = (self.stream_request(), body.to_string());
-        thread::spawn(move || read_stream(request, body, without, &tx, &flag));
+        let (request, body) = (self.stream_request(&agent), body.to_string());
+        let spawned = thread::Builder::new()
+            .name("brain-stream".into())
+            .spawn(move || read_stream(request, body, without, &tx, &flag));
+        if let Err(e) = spawned {
+            // The sender went with the closure: the stream reports it as cut.
+            log::error!("cannot start a stream's reader thread: {e}");
+        }
         stream
     }
 
-    fn stream_request(&self) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    fn stream_request(
+        &self,
+        agent: &ureq::Agent,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         // The transport gives up a little after the caller would have.
         let per_read =
             self.cfg.first_token_timeout.max(self.cfg.idle_timeout) + config::TRANSPORT_READ_GRACE;
-        self.post("chat/completions")
+        post_on(agent, &self.cfg, "chat/completions")
             .header("Accept", "text/event-stream")
             .config()
             .timeout_per_read(Some(per_read))
@@ -525,81 +540,4 @@ fn fetch_models(
     let body: Value =
         serde_json::from_str(&text).map_err(|_| ProviderError::Malformed(excerpt(&text)))?;
     Ok(parse_models(&body))
-}
-
-/// A 200's body of at most `limit` bytes; a longer one is [`ProviderError::Malformed`] (a
-/// broken or hostile provider must not fill our memory), any other status its error.
-fn read_body(
-    resp: ureq::http::Response<ureq::Body>,
-    limit: usize,
-    what: &str,
-    timeout: Duration,
-) -> Result<String, ProviderError> {
-    let status = resp.status().as_u16();
-    if status != 200 {
-        let text = read_limited(resp, config::MAX_PROVIDER_ERROR_BODY_BYTES)
-            .map_err(|e| classify_io(&e, timeout))?;
-        return Err(http_error(status, &text));
-    }
-    let bytes = read_bytes(resp, limit + 1).map_err(|e| classify_io(&e, timeout))?;
-    if bytes.len() > limit {
-        return Err(ProviderError::Malformed(format!(
-            "the {what} is larger than {limit} bytes"
-        )));
-    }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-/// At most `limit` bytes of a body, as text (an error body, kept as an excerpt).
-pub(super) fn read_limited(
-    resp: ureq::http::Response<ureq::Body>,
-    limit: usize,
-) -> std::io::Result<String> {
-    Ok(String::from_utf8_lossy(&read_bytes(resp, limit)?).into_owned())
-}
-
-fn read_bytes(resp: ureq::http::Response<ureq::Body>, limit: usize) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    let reader = resp.into_body().into_reader();
-    reader.take(limit as u64).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-pub(super) fn http_error(status: u16, body: &str) -> ProviderError {
-    ProviderError::Http {
-        status,
-        body: excerpt(body),
-    }
-}
-
-/// At most [`config::MAX_PROVIDER_ERROR_BODY_BYTES`] of a body, cut on a char boundary.
-pub(super) fn excerpt(text: &str) -> String {
-    let mut end = text.len().min(config::MAX_PROVIDER_ERROR_BODY_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].trim().to_owned()
-}
-
-pub(super) fn classify(e: ureq::Error, timeout: Duration) -> ProviderError {
-    match e {
-        ureq::Error::Io(io) => classify_io(&io, timeout),
-        ureq::Error::Timeout(_) => ProviderError::Timeout(timeout),
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
-            ProviderError::Unreachable(e.to_string())
-        }
-        other => ProviderError::Unreachable(other.to_string()),
-    }
-}
-
-fn classify_io(e: &std::io::Error, timeout: Duration) -> ProviderError {
-    use std::io::ErrorKind::*;
-    if super::out_of_descriptors(e) {
-        return ProviderError::NoDescriptors(e.to_string());
-    }
-    match e.kind() {
-        TimedOut | WouldBlock => ProviderError::Timeout(timeout),
-        ConnectionRefused | ConnectionReset | ConnectionAborted | NotConnected
-        | AddrNotAvailable => ProviderError::Unreachable(e.to_string()),
-        _ => ProviderError::Cut(e.to_string()),
-    }
 }

@@ -8,7 +8,8 @@
 //! - [`toolcalls`]: `delta.tool_calls` pieces assembled into whole calls (pure).
 //! - [`toolless`]: models whose server refused `tools`, for a while (pure).
 //! - [`state`]: what the client remembers: the listing and the last observation (pure).
-//! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer.
+//! - [`client`]: the HTTP side (ureq): completions, the listing, `/health`'s answer;
+//!   `body`: bounded answer bodies and what a transport error means.
 //! - [`stream`]: a streamed completion, its timeouts and cancellation.
 //! - [`lanes`]: the chat first; background calls only while no chat waits, and
 //!   cancelled when one arrives.
@@ -17,6 +18,7 @@
 //! prompt and messages and gives back events and errors. Usage is normalised here, once:
 //! `input_tokens` excludes cache reads.
 
+mod body;
 pub mod client;
 pub mod lanes;
 pub mod sse;
@@ -224,7 +226,7 @@ mod tests {
     fn running_out_of_descriptors_is_not_a_cut_stream() {
         for errno in [libc::EMFILE, libc::ENFILE] {
             let io = std::io::Error::from_raw_os_error(errno);
-            let e = client::classify(ureq::Error::Io(io), Duration::from_secs(1));
+            let e = body::classify(ureq::Error::Io(io), Duration::from_secs(1));
             assert_eq!(e.code(), "unavailable", "{e}");
             assert!(e.to_string().contains("too many open files"), "{e}");
             assert!(e.retryable());

@@ -4,9 +4,10 @@
 //! A stream's request and body reads run on their own thread and reach the caller through
 //! a bounded channel, so the caller can give up on time (first-token and idle timeouts,
 //! each its own setting) or on request (cancel) even while the provider hangs, and a
-//! provider faster than its reader is held back by TCP rather than buffered. The thread
-//! ends at its next read after that; its transport read timeout bounds how long a hung
-//! provider can keep it. A line or event over [`super::sse::MAX_SSE_FRAME_BYTES`] ends the
+//! provider faster than its reader is held back by TCP rather than buffered. Each stream
+//! has its own agent, shut down when the stream fails, is cancelled or is dropped: that
+//! closes its connection, so the reader thread ends at once even behind a hung provider
+//! (waiting for headers or for a byte), and the provider frees the request's slot. A line or event over [`super::sse::MAX_SSE_FRAME_BYTES`] ends the
 //! stream as malformed.
 
 use std::collections::VecDeque;
@@ -16,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
-use super::client::{Shared, classify, excerpt, http_error, read_limited};
+use super::body::{classify, excerpt, http_error, read_limited};
+use super::client::Shared;
 use super::sse::{Frame, SseParser};
 use super::think::{Split, ThinkSplitter};
 use super::toolcalls::Assembler;
@@ -101,6 +103,8 @@ pub(super) fn read_stream(
 pub struct ChatStream {
     rx: Receiver<Wire>,
     cancel: Arc<AtomicBool>,
+    /// This stream's own agent: shutting it down closes the stream's connection.
+    agent: ureq::Agent,
     first_token_timeout: Duration,
     idle_timeout: Duration,
     /// Where the stream's outcome is recorded for `/health`.
@@ -124,6 +128,7 @@ impl ChatStream {
     pub(super) fn new(
         rx: Receiver<Wire>,
         cancel: Arc<AtomicBool>,
+        agent: ureq::Agent,
         cfg: &ProviderConfig,
         observer: Arc<Shared>,
     ) -> ChatStream {
@@ -131,6 +136,7 @@ impl ChatStream {
         ChatStream {
             rx,
             cancel,
+            agent,
             first_token_timeout: cfg.first_token_timeout,
             idle_timeout: cfg.idle_timeout,
             observer,
@@ -164,7 +170,7 @@ impl ChatStream {
     fn fail(&mut self, e: ProviderError) -> Option<Result<StreamEvent, ProviderError>> {
         self.observer.observe(Err(&e));
         self.finished = true;
-        self.cancel.store(true, Ordering::SeqCst);
+        self.close();
         Some(Err(e))
     }
 
@@ -342,9 +348,18 @@ impl Iterator for ChatStream {
     }
 }
 
+impl ChatStream {
+    /// Stops the reader thread and closes the connection now: a reader blocked on a hung
+    /// provider gets an error from its read at once.
+    fn close(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        // Clones share the pool: shutting one down closes the stream's connection.
+        self.agent.clone().shutdown();
+    }
+}
+
 impl Drop for ChatStream {
     fn drop(&mut self) {
-        // Tells the reader thread to stop at its next read.
-        self.cancel.store(true, Ordering::SeqCst);
+        self.close();
     }
 }

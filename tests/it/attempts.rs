@@ -283,8 +283,9 @@ fn a_turn_that_fits_does_not_wait_for_a_running_post_turn_compaction() {
     };
     let engine = engine_on(&r, &mock.url, settings);
     // A long answer takes the context over the trigger: the post-turn compaction starts,
-    // and its summariser hangs.
-    mock.script(json!({"kind": "complete", "hang_before_headers": true}));
+    // and its summariser hangs (so does the next one asked for).
+    let hang = json!({"kind": "complete", "hang_before_headers": true});
+    mock.script(json!([hang, hang]));
     mock.script(json!({"kind": "stream", "text": words(300)}));
     let f = frames(engine.send(id, "tell me everything", None).unwrap());
     assert_eq!(end(&f).0, EndStatus::Completed);
@@ -297,12 +298,19 @@ fn a_turn_that_fits_does_not_wait_for_a_running_post_turn_compaction() {
     let f = frames(engine.send(id, "and briefly?", None).unwrap());
     assert_eq!(end(&f).0, EndStatus::Completed, "{f:?}");
     assert_eq!(streamed(&mock).len(), 2);
-    // Shutdown cuts the hung background compaction short too.
+    // The compaction yielded to that turn (its call cut, recorded as stopped), and asks
+    // again after it; shutdown cuts that call short too.
+    wait_until("the summariser asked again", || {
+        summarize_requests(&mock) == 2
+    });
     let report = engine.shutdown(Duration::from_secs(10));
     assert_eq!(report.skipped_background, 0, "{report:?}");
     assert_eq!(
         summarize_rows(&r, id),
-        [("error".to_owned(), Some("shutdown".to_owned()))]
+        [
+            ("error".to_owned(), Some("stopped".to_owned())),
+            ("error".to_owned(), Some("shutdown".to_owned()))
+        ]
     );
 }
 

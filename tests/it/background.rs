@@ -184,13 +184,9 @@ fn a_server_refusing_response_format_is_asked_without_it_once_and_from_then_on()
     assert!(r.engine.paused("mock-model").is_empty());
 }
 
-/// `/stop` during a pre-send compaction closes the summary's connection, so a one-slot
-/// server is free for the next turn at once (the summary used to run to its end while the
-/// next turn queued behind it).
-#[test]
-fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
-    use brain::chat::frames::EndStatus;
-    let mock = MockLlm::start(&["--one-slot"]);
+/// An engine on `mock` with a 400-token window and no distillation or titles, and a
+/// session on it.
+fn small_window(mock: &MockLlm) -> (Rig, brain::session::SessionId) {
     let settings = EngineSettings {
         context_window: Some(400),
         distill: false,
@@ -203,6 +199,17 @@ fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
         .create_session(Some("t".into()), "You are a test.".into())
         .unwrap()
         .id;
+    (r, id)
+}
+
+/// `/stop` during a pre-send compaction closes the summary's connection, so a one-slot
+/// server is free for the next turn at once (the summary used to run to its end while the
+/// next turn queued behind it).
+#[test]
+fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
+    use brain::chat::frames::EndStatus;
+    let mock = MockLlm::start(&["--one-slot"]);
+    let (r, id) = small_window(&mock);
     for i in 0..2 {
         let f = frames(
             r.engine
@@ -236,4 +243,57 @@ fn stop_during_a_compaction_frees_a_one_slot_server_for_the_next_turn() {
     mock.defaults(json!({"summary": {"text": "A short summary."}}));
     let f = frames(r.engine.send(id, "short one", None).unwrap());
     assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
+}
+
+/// Post-persist compaction is a background call (issue 27): on a one-slot server the next
+/// turn does not wait for its summary. The summary's call is cancelled when the turn
+/// arrives, the turn goes first (its request fits without compacting), and the compaction
+/// lands after it.
+#[test]
+fn the_next_turn_does_not_wait_for_a_post_persist_summary_on_one_slot() {
+    use brain::chat::frames::EndStatus;
+    let mock = MockLlm::start(&["--one-slot"]);
+    let (r, id) = small_window(&mock);
+    // The first summary asked for takes 20 s: a chat behind it would wait that long.
+    mock.script(json!({"kind": "complete", "headers_delay_ms": 20_000, "text": "Slow summary."}));
+    // Over the trigger (240) from the first turn on; the second is the first with enough
+    // messages to compact: its post-persist compaction asks for the slow summary.
+    for text in [format!("big {}", "word ".repeat(250)), "hi".to_owned()] {
+        let f = frames(r.engine.send(id, &text, None).unwrap());
+        assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
+    }
+    let summary_in_service = || {
+        mock.requests().iter().position(|q| {
+            q["stream"] != true && q.get("_started_ms").is_some() && q.get("_ended_ms").is_none()
+        })
+    };
+    wait_until("the post-persist summary in service", || {
+        summary_in_service().is_some()
+    });
+    let at = summary_in_service().unwrap();
+    let f = frames(r.engine.send(id, "short one", None).unwrap());
+    assert_eq!(crate::engine::end(&f).0, EndStatus::Completed);
+    let requests = mock.requests();
+    let summary = &requests[at];
+    let chat = requests
+        .iter()
+        .rfind(|q| q["stream"] == true)
+        .expect("the third turn's request");
+    assert_eq!(
+        summary["_cancelled"], true,
+        "the summary's call is cancelled when the turn arrives: {requests:#?}"
+    );
+    assert!(
+        ms(summary, "_ended_ms") <= ms(chat, "_started_ms")
+            && ms(chat, "_ended_ms") < ms(summary, "_started_ms") + 20_000,
+        "the turn was served before the summary could have ended: {requests:#?}"
+    );
+    // It resumes after the turn, with the next (quick) summary.
+    wait_until("the compaction after the turn", || {
+        r.store
+            .events(id, 1, None)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "compaction_applied")
+    });
 }

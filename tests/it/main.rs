@@ -4,6 +4,7 @@
 mod attempts;
 mod background;
 mod browser;
+mod budget;
 mod checkpoints;
 mod cli;
 mod compaction;
@@ -29,6 +30,7 @@ mod provider;
 mod provider_health;
 mod purge;
 mod real_llm;
+mod release;
 mod search;
 mod search_size;
 mod server;

@@ -14,6 +14,7 @@
 //!   messages within a budget, recorded with `method: "extractive"`, so a weak or absent
 //!   summarizer never ends a session.
 
+pub mod bounds;
 pub mod extract;
 pub mod run;
 pub mod summarise;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use super::bounds::{Bounds, Interrupt, Interrupted, never};
 use super::extract::{digest, digest_budget};
 use super::summarise::{SUMMARY_MAX_TOKENS_DIVISOR, Summarizer, summarise};
 use super::{Budget, MIN_LIVE_MESSAGES, MIN_LIVE_MESSAGES_TO_FIT, Plan, Refusal, plan_with_floor};
@@ -29,79 +30,6 @@ pub const COMPACTION_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How often a caller waiting for another compaction of its session looks at its bounds.
 pub const WAIT_POLL: Duration = Duration::from_millis(50);
-
-/// Why a compaction was cut short from outside.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interrupt {
-    /// Its turn was stopped (`/stop`).
-    Stopped,
-    /// The server is shutting down.
-    Shutdown,
-}
-
-impl Interrupt {
-    /// The code recorded for the cut call (the same as the turn's, SPEC §6).
-    pub fn code(self) -> &'static str {
-        match self {
-            Interrupt::Stopped => "stopped",
-            Interrupt::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// Says whether the compaction should stop now.
-pub type Interrupted<'a> = &'a (dyn Fn() -> Option<Interrupt> + Sync);
-
-/// Nothing interrupts: a compaction asked for by hand.
-pub fn never() -> Option<Interrupt> {
-    None
-}
-
-/// What bounds one compaction: its deadline and what can cut it short.
-#[derive(Clone, Copy)]
-pub struct Bounds<'a> {
-    pub until: Instant,
-    interrupted: Interrupted<'a>,
-}
-
-impl<'a> Bounds<'a> {
-    /// A compaction starting now, with [`COMPACTION_TIMEOUT`].
-    pub fn new(interrupted: Interrupted<'a>) -> Bounds<'a> {
-        Bounds::within(COMPACTION_TIMEOUT, interrupted)
-    }
-
-    pub fn within(timeout: Duration, interrupted: Interrupted<'a>) -> Bounds<'a> {
-        Bounds {
-            until: Instant::now() + timeout,
-            interrupted,
-        }
-    }
-
-    /// Whether (and why) the compaction should stop now.
-    pub fn interrupted(&self) -> Option<Interrupt> {
-        (self.interrupted)()
-    }
-
-    /// The time left before the deadline.
-    pub fn left(&self) -> Duration {
-        self.until.saturating_duration_since(Instant::now())
-    }
-
-    /// `Err` when the compaction must end now: interrupted, or over its deadline.
-    pub fn check(&self) -> Result<(), CompactionError> {
-        if let Some(i) = self.interrupted() {
-            return Err(CompactionError::Interrupted(i));
-        }
-        if self.left().is_zero() {
-            return Err(self.timed_out());
-        }
-        Ok(())
-    }
-
-    pub(super) fn timed_out(&self) -> CompactionError {
-        CompactionError::TimedOut(COMPACTION_TIMEOUT)
-    }
-}
 
 /// Why a compaction did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +101,9 @@ struct SessionState {
     failures: u32,
     retry_at: Option<Instant>,
     running: bool,
+    /// A post-persist compaction is due and not done: it runs, or it yielded to a turn
+    /// and resumes after it. A pre-send whose request fits does not do its work meanwhile.
+    due: bool,
 }
 
 /// What the summarizer's part in a compaction says about its backoff.
@@ -326,7 +257,14 @@ impl Compactor {
             wait: Wait::Never,
             pre_send: false,
         };
-        self.run_pass(id, budget, summarizer, bounds, mode)
+        // Marked before the pass starts, so a turn it yields to never finds it neither
+        // running nor due; cleared unless it was cut short.
+        self.states().entry(id).or_default().due = true;
+        let result = self.run_pass(id, budget, summarizer, bounds, mode);
+        if !matches!(result, Err(CompactionError::Interrupted(_))) {
+            self.states().entry(id).or_default().due = false;
+        }
+        result
     }
 
     /// A failed or refused compaction is harmless while the request still fits; over the
@@ -381,6 +319,15 @@ impl Compactor {
         bounds: &Bounds<'_>,
         mode: Mode,
     ) -> Result<PassOutcome, CompactionError> {
+        // A post-persist compaction that yielded to this turn resumes after it: a request
+        // that fits does not wait for a summary meanwhile (SPEC §5: background calls yield).
+        let due = self.states().get(&id).is_some_and(|s| s.due);
+        if due && mode.wait == Wait::UnlessFits {
+            let tokens = self.estimate(id)?.1;
+            if !budget.over_limit(tokens) {
+                return Ok(PassOutcome::InProgress { tokens });
+            }
+        }
         // A second caller waits here (when it must), then sees the first one's result in a
         // fresh read.
         let _running = match self.try_begin(id) {

@@ -30,6 +30,10 @@ use super::lane::WriterLane;
 use super::purge::{PURGE_BATCH_EVENTS, pending, purge_batch};
 use super::{Result, StoreError};
 
+/// How long a shutdown waits for the thread ([`Maintenance::stop_within`]): one batch or
+/// checkpoint takes far less, unless it waits for the writer lane.
+pub const STOP_WAIT: Duration = Duration::from_millis(500);
+
 /// How often the thread looks at the WAL when it has nothing else to do.
 pub const MAINTENANCE_TICK: Duration = Duration::from_millis(100);
 
@@ -139,14 +143,28 @@ impl Maintenance {
 
     /// Stops the thread and waits for it: at most one purge batch or one checkpoint.
     pub fn stop(&self) {
+        self.stop_within(Duration::MAX);
+    }
+
+    /// Stops the thread and waits for it at most `wait`; past that it is left running to
+    /// the exit. A checkpoint waiting for the writer lane behind a write that waits for
+    /// another process's lock would otherwise hold a shutdown past SPEC §12's 10 s.
+    pub fn stop_within(&self, wait: Duration) {
         self.shared.update(|c| c.stop = true);
         let thread = self
             .thread
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(t) = thread {
+        let Some(t) = thread else { return };
+        let until = Instant::now().checked_add(wait);
+        while !t.is_finished() && until.is_none_or(|u| Instant::now() < u) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
             let _ = t.join();
+        } else {
+            log::warn!("the store's maintenance is still waiting for the writer: left to the exit");
         }
     }
 }

@@ -295,10 +295,11 @@ impl SqliteStore {
     }
 
     /// Stops the background purge and checkpoints (at most one batch or checkpoint
-    /// later). A shutdown calls it; a purge left unfinished resumes at the next open.
+    /// later, waiting at most [`maintenance::STOP_WAIT`]). A shutdown calls it; a purge
+    /// left unfinished resumes at the next open.
     pub fn stop_maintenance(&self) {
         if let Some(m) = &self.maintenance {
-            m.stop();
+            m.stop_within(maintenance::STOP_WAIT);
         }
     }
 
