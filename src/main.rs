@@ -4,8 +4,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    brain::logging::init();
     let cli = brain::cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    // Only the server logs what it does; other commands print what was asked for.
+    let serving = matches!(cli.command, None | Some(brain::cli::Command::Serve(_)));
+    brain::logging::init(if serving { "info" } else { "warn" });
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = brain::cli::run(cli, &mut out).and_then(|()| Ok(out.flush()?));

@@ -806,3 +806,14 @@ fn importing_a_grown_export_appends_only_the_new_events() {
     );
     assert_eq!(export_all(&dst), after);
 }
+
+/// Issue 34 item 3: a command other than `serve` prints what was asked for, not the
+/// migrations it applied (they went to stderr at INFO before).
+#[test]
+fn cli_commands_print_no_log_lines_at_the_default_level() {
+    let db = TempDb::new();
+    let out = brain(&db, &["migrate"], "");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "log lines on stderr: {err}");
+}
