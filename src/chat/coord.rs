@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
-use crate::session::events::{Event, Payload};
 use crate::session::events::resolved_by;
+use crate::session::events::{Event, Payload};
 pub use crate::session::store::pg::coord::Kept;
 pub use crate::session::store::pg::coord::Note;
 use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
