@@ -241,7 +241,12 @@ impl Write for SlotWriter<'_> {
             return Err(closed());
         }
         self.slot.stream.set_write_timeout(Some(limit))?;
-        let written = (&self.slot.stream).write(buf);
+        // A send that ran out its SO_SNDTIMEO comes back as WouldBlock (EAGAIN) on Linux:
+        // it is the same deadline passing, so callers see one kind for a stalled client.
+        let written = (&self.slot.stream).write(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock => io::Error::from(io::ErrorKind::TimedOut),
+            _ => e,
+        });
         if !self
             .slot
             .enter(WRITING, BUSY, self.shared.connections.now_ms())

@@ -72,13 +72,21 @@ impl Refuser {
     }
 }
 
-/// Reads and drops what has already arrived (so closing sends no reset for it).
+/// At most this much of what a refused client already sent is drained on the accept
+/// thread (when no linger thread can take it): one receive buffer's worth, so a client
+/// that keeps sending cannot hold the accept loop.
+const DRAIN_READY_MAX_BYTES: usize = 256 * 1024;
+
+/// Reads and drops what has already arrived (so closing sends no reset for it), up to
+/// [`DRAIN_READY_MAX_BYTES`].
 fn drain_ready(stream: &TcpStream) {
     let mut sink = [0u8; 4096];
     let mut r: &TcpStream = stream;
-    while let Ok(n) = r.read(&mut sink) {
-        if n == 0 {
-            return;
+    let mut drained = 0;
+    while drained < DRAIN_READY_MAX_BYTES {
+        match r.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
         }
     }
 }
