@@ -35,7 +35,11 @@ impl Log {
             seq,
             kind: kind.into(),
             payload: payload.into(),
-            created_at: format!("2026-11-30T00:00:{:02}.000000Z", seq % 60),
+            // One second apart, in seq order: newest first by time is by seq too.
+            created_at: crate::clock::format_timestamp(
+                jiff::Timestamp::from_second(1_796_000_000 + seq as i64)
+                    .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+            ),
         });
         seq
     }

@@ -253,3 +253,63 @@ fn new_databases_and_backups_use_the_large_page_size() {
     store.backup_to(&copy).unwrap();
     assert_eq!(page_size(&copy), schema::PAGE_SIZE_BYTES);
 }
+
+/// V14 re-keys an existing database in time order (issue 27 item 8): at V5 the two
+/// sessions' rows were keyed one session after the other, while their events interleave
+/// in time. After the migration newest first interleaves them, the index holds what it
+/// held, the log is append-only again, and a new event is keyed after them all.
+#[test]
+fn a_database_keyed_by_arrival_is_re_keyed_in_time_order() {
+    let db = TempDb::new();
+    let ids = sessions_at_v5(&db);
+    let store = db.open();
+    assert_answers(&db, &store, &ids);
+    let found: Vec<(SessionId, u64)> = store
+        .search(&SearchQuery {
+            text: "herons".into(),
+            limit: 100,
+            order: SearchOrder::Recent,
+            ..SearchQuery::default()
+        })
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.session_id, h.seq))
+        .collect();
+    let mut expected = Vec::new();
+    for seq in [11, 9, 7, 5, 2] {
+        expected.push((ids[1], seq));
+        expected.push((ids[0], seq));
+    }
+    assert_eq!(
+        found, expected,
+        "newest first by time, the sessions interleaved"
+    );
+    let conn = db.raw();
+    let keys: Vec<i64> = conn
+        .prepare("SELECT id FROM session_events ORDER BY created_at, session_id, seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+    // 2026-01-01T00:00:00.000000Z in milliseconds.
+    assert_eq!(keys[0], 1_767_225_600_000);
+    let refused = conn.execute("UPDATE session_events SET kind = kind", []);
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("append-only")),
+        "I1's trigger is back"
+    );
+    drop(conn);
+    store.append(ids[0], &user("herons again")).unwrap();
+    let newest = store
+        .search(&SearchQuery {
+            text: "herons".into(),
+            limit: 1,
+            order: SearchOrder::Recent,
+            ..SearchQuery::default()
+        })
+        .unwrap();
+    assert_eq!((newest[0].session_id, newest[0].seq), (ids[0], 12));
+    integrity(&db);
+}

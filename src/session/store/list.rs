@@ -241,8 +241,8 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
 /// parameters, SQLite planned the search slower, and a rare-word search took 1.5x the raw
 /// statement (BENCHMARKS.md).
 ///
-/// Both orders start from FTS5's matches read by rowid (the event's id, so append order),
-/// which FTS5 reads from its index newest first without sorting. `Recent` stops at the
+/// Both orders start from FTS5's matches read by rowid (the event's id: its time, see
+/// [`super::key`]), which FTS5 reads from its index newest first without sorting. `Recent` stops at the
 /// page. `Relevance` scores the newest [`RANK_WINDOW`] matches with bm25 in that same pass
 /// (`bm25()` is what `rank` is: the table sets no other), sorts those, and only the page's
 /// rows go back to FTS5 (by rowid) for their snippets: one pass over the index, never

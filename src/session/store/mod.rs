@@ -12,6 +12,7 @@
 //! **Architecture invariant:** this is the only module that issues SQL.
 
 mod copy;
+mod key;
 mod lane;
 pub mod ledger;
 pub mod list;

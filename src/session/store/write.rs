@@ -238,7 +238,7 @@ impl<'a> SqliteWriter<'a> {
         }
     }
 
-    /// Inserts the row with seq = the session's last + 1 and a fresh search key. Safe only
+    /// Inserts the row with seq = the session's last + 1 and its search key (`key`: its time). Safe only
     /// inside the writer's `BEGIN IMMEDIATE` transaction, which makes the read and the insert
     /// one step.
     pub(super) fn insert_event(
@@ -248,6 +248,7 @@ impl<'a> SqliteWriter<'a> {
         payload: &str,
         created_at: &str,
     ) -> Result<Event> {
+        let key = super::key::next_key(self.conn, created_at)?;
         let seq: u64 = self
             .conn
             .prepare_cached(
@@ -255,13 +256,13 @@ impl<'a> SqliteWriter<'a> {
                  VALUES (
                      ?1,
                      (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1),
-                     (SELECT COALESCE(MAX(id), 0) + 1 FROM session_events),
-                     ?2, ?3, ?4)
+                     ?5, ?2, ?3, ?4)
                  RETURNING seq",
             )?
-            .query_row(params![id.to_string(), kind, payload, created_at], |r| {
-                r.get(0)
-            })?;
+            .query_row(
+                params![id.to_string(), kind, payload, created_at, key],
+                |r| r.get(0),
+            )?;
         Ok(Event {
             seq,
             kind: kind.to_owned(),

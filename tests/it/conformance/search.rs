@@ -4,7 +4,8 @@
 //! words highlighted, and a NUL in a message, title or system prompt is stored and
 //! searched around on both.
 
-use brain::session::store::{SearchHit, SearchQuery, Syntax};
+use brain::session::Event;
+use brain::session::store::{SearchHit, SearchOrder, SearchQuery, Syntax};
 use brain::session::{SessionId, Store};
 
 use super::{Db, log};
@@ -15,6 +16,8 @@ conformance!(
     snippets_are_the_texts_own_characters,
     a_nul_in_a_message_title_or_system_is_stored_and_searched,
     a_history_with_nul_imports_whole,
+    newest_first_is_by_time_for_imported_history,
+    best_first_ranks_the_newest_by_time,
 );
 
 fn search(store: &Store, q: &str) -> Vec<SearchHit> {
@@ -181,4 +184,107 @@ fn a_history_with_nul_imports_whole(db: &Db) {
             .collect::<Vec<_>>()
     );
     assert_eq!(search(&to, "otter").len(), 1);
+}
+
+/// A session's log as another database wrote it, its events at the times given (the
+/// first is `session_started`'s).
+fn history(texts: &[(&str, &str)]) -> Vec<Event> {
+    let source = Db::sqlite();
+    let from = source.open();
+    let row = from.create_session(None, "sys".into()).unwrap();
+    for (text, _) in &texts[1..] {
+        from.append(row.id, &user(text)).unwrap();
+    }
+    let mut events = log(&from, row.id);
+    for (e, (_, at)) in events.iter_mut().zip(texts) {
+        e.created_at = (*at).into();
+    }
+    events
+}
+
+fn ordered(store: &Store, q: &str, order: SearchOrder, limit: u32) -> Vec<(SessionId, u64)> {
+    store
+        .search(&SearchQuery {
+            text: q.into(),
+            limit,
+            order,
+            ..SearchQuery::default()
+        })
+        .unwrap()
+        .iter()
+        .map(|h| (h.session_id, h.seq))
+        .collect()
+}
+
+/// Issue 27 item 8: newest first is by each event's `created_at`, whatever order the
+/// history arrived in. Imported after a live message, in the order "newer session
+/// first, then one whose events straddle it", with ids the other way round.
+fn newest_first_is_by_time_for_imported_history(db: &Db) {
+    let store = db.open();
+    let live = store.create_session(None, "sys".into()).unwrap().id;
+    store.append(live, &user("otter, live")).unwrap();
+    let mut ids = [SessionId::generate(), SessionId::generate()];
+    ids.sort_by_key(|i| i.to_string());
+    let (older, newer) = (ids[1], ids[0]);
+    let newer_log = history(&[
+        ("", "2020-02-01T00:00:00.000000Z"),
+        ("otter in february", "2020-02-01T00:00:01.000000Z"),
+    ]);
+    let older_log = history(&[
+        ("", "2020-01-01T00:00:00.000000Z"),
+        ("otter in january", "2020-01-01T00:00:01.000000Z"),
+        ("otter in march", "2020-03-01T00:00:00.000000Z"),
+    ]);
+    store
+        .write(|w| w.import_session(newer, &newer_log))
+        .unwrap();
+    store
+        .write(|w| w.import_session(older, &older_log))
+        .unwrap();
+    let hits = ordered(&store, "otter", SearchOrder::Recent, 10);
+    assert_eq!(
+        hits,
+        [(live, 2), (older, 3), (newer, 2), (older, 2)],
+        "newest first by time"
+    );
+    // Paging keeps the order.
+    let second = store
+        .search(&SearchQuery {
+            text: "otter".into(),
+            limit: 2,
+            offset: 2,
+            order: SearchOrder::Recent,
+            ..SearchQuery::default()
+        })
+        .unwrap();
+    let second: Vec<_> = second.iter().map(|h| (h.session_id, h.seq)).collect();
+    assert_eq!(second, [(newer, 2), (older, 2)]);
+}
+
+/// Best first scores the newest matches by time: an imported old history full of the word
+/// does not push out what was written today.
+fn best_first_ranks_the_newest_by_time(db: &Db) {
+    let store = db.open();
+    let live = store.create_session(None, "sys".into()).unwrap().id;
+    store.append(live, &user("one otter today")).unwrap();
+    let mut old = vec![("", "2019-01-01T00:00:00.000000Z".to_string())];
+    let n = brain::session::store::RANK_WINDOW as usize + 5;
+    for i in 0..n {
+        old.push((
+            "otter otter otter",
+            format!("2019-01-02T00:{:02}:{:02}.000000Z", i / 60 % 60, i % 60),
+        ));
+    }
+    let texts: Vec<(&str, &str)> = old.iter().map(|(t, a)| (*t, a.as_str())).collect();
+    let id = SessionId::generate();
+    store
+        .write(|w| w.import_session(id, &history(&texts)))
+        .unwrap();
+    let best = ordered(&store, "otter", SearchOrder::Relevance, 3000);
+    assert_eq!(best.len(), brain::session::store::RANK_WINDOW as usize);
+    assert!(best.contains(&(live, 2)), "today's match is in the window");
+    assert!(
+        !best.contains(&(id, 2)),
+        "the oldest imported match is out of the window"
+    );
 }

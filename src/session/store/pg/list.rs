@@ -117,13 +117,15 @@ macro_rules! page_rows {
     };
 }
 
-/// Newest first: the matches in append order, stopped at the page (`$2` limit, `$3`
-/// offset). GIN gives no order, so PostgreSQL sorts the matches (top-N) first.
+/// Newest first by the event's time (ties by session, then seq, also newest first: the
+/// order SQLite's time keys give), stopped at the page (`$2` limit, `$3` offset). GIN
+/// gives no order: PostgreSQL either sorts the matches (top-N) or walks
+/// `session_events_newest` backwards and stops at the page, whichever it plans cheaper.
 const SEARCH_RECENT: &str = concat!(
-    "WITH page AS (SELECT e.id FROM ",
+    "WITH page AS (SELECT e.id, e.created_at, e.session_id, e.seq FROM ",
     candidates!(),
-    " ORDER BY e.id DESC LIMIT $2 OFFSET $3) ",
-    page_rows!("e.id DESC")
+    " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $2 OFFSET $3) ",
+    page_rows!("page.created_at DESC, page.session_id DESC, page.seq DESC")
 );
 
 /// Best first: the newest `$4` ([`RANK_WINDOW`]) matches are scored (only they: the score
@@ -132,7 +134,7 @@ const SEARCH_RECENT: &str = concat!(
 const SEARCH_RELEVANCE: &str = concat!(
     "WITH newest AS (SELECT e.id, e.session_id, e.seq, e.search_text FROM ",
     candidates!(),
-    " ORDER BY e.id DESC LIMIT $4),
+    " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $4),
      page AS (SELECT id, session_id, seq, ts_rank_cd(search_text, $1::text::tsquery, 1) AS score
               FROM newest ORDER BY score DESC, session_id, seq LIMIT $2 OFFSET $3) ",
     page_rows!("page.score DESC, page.session_id, page.seq")
