@@ -10,7 +10,7 @@
 //! the order they are written; V14 re-keyed existing databases with the same rule
 //! (`migrations/sqlite/V14__event_key_in_time_order.sql`).
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use super::Result;
 
@@ -44,39 +44,43 @@ const MAX_WALK: usize = 4096;
 /// one after the largest, with one index lookup. Only an event older than the newest
 /// (an import, a fork's copies) looks for the first free key from its time on.
 pub(super) fn next_key(conn: &Connection, created_at: &str) -> Result<i64> {
-    let want: i64 = conn
-        .prepare_cached(concat!("SELECT ", time_ms!("?1")))?
-        .query_row([created_at], |r| r.get(0))?;
-    let newest: Option<(i64, i64)> = conn
+    // One statement: this event's time, and the largest key with its event's time.
+    let (want, newest): (i64, Option<(i64, i64)>) = conn
         .prepare_cached(concat!(
-            "SELECT id, ",
+            "SELECT ",
+            time_ms!("?1"),
+            ", n.id, n.ms FROM (SELECT 1) LEFT JOIN (SELECT id, ",
             time_ms!("created_at"),
-            " FROM session_events ORDER BY id DESC LIMIT 1"
+            " AS ms FROM session_events ORDER BY id DESC LIMIT 1) n"
         ))?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+        .query_row([created_at], |r| {
+            let newest = match (r.get::<_, Option<i64>>(1)?, r.get::<_, Option<i64>>(2)?) {
+                (Some(id), Some(ms)) => Some((id, ms)),
+                _ => None,
+            };
+            Ok((r.get(0)?, newest))
+        })?;
     let Some((largest, newest_ms)) = newest else {
         return Ok(want);
     };
     if newest_ms <= want || want > largest {
         return Ok(want.max(largest + 1));
     }
-    let mut taken = conn.prepare_cached(&format!(
-        "SELECT id FROM session_events WHERE id >= ?1 ORDER BY id LIMIT {STEP}"
-    ))?;
+    let mut taken =
+        conn.prepare_cached("SELECT id FROM session_events WHERE id >= ?1 ORDER BY id LIMIT ?2")?;
     let mut want = want;
     let mut walked = 0;
     while walked < MAX_WALK {
-        let ids = taken
-            .query_map([want], |r| r.get::<_, i64>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        for id in &ids {
-            if *id != want {
+        let mut rows = taken.query(rusqlite::params![want, STEP as i64])?;
+        let mut seen = 0;
+        while let Some(row) = rows.next()? {
+            if row.get::<_, i64>(0)? != want {
                 return Ok(want);
             }
             want += 1;
+            seen += 1;
         }
-        if ids.len() < STEP {
+        if seen < STEP {
             return Ok(want);
         }
         walked += STEP;
