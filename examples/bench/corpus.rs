@@ -460,6 +460,7 @@ impl Gen {
                         decision: "allow".into(),
                         by: "user".into(),
                         remember: false,
+                        answer_id: None,
                     });
                     push(&mut out, &mut now, &mut self.rng, p);
                 }

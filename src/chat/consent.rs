@@ -45,14 +45,18 @@ pub struct Resolution {
     /// One of `resolved_by`.
     pub by: &'static str,
     pub remember: bool,
+    /// The answer's id when another server sent it (its caller is told 200 only if the
+    /// log names its id).
+    pub answer_id: Option<String>,
 }
 
 impl Resolution {
-    fn user(a: Answer) -> Resolution {
+    fn user(a: Answer, answer_id: Option<String>) -> Resolution {
         Resolution {
             allow: a.allow,
             by: resolved_by::USER,
             remember: a.allow && a.remember,
+            answer_id,
         }
     }
 
@@ -158,6 +162,7 @@ pub(super) fn ask(
             decision: decision.to_owned(),
             by: resolution.by.to_owned(),
             remember: resolution.remember,
+            answer_id: resolution.answer_id.clone(),
         }),
     )?;
     turn.wrote(resolved.seq);
@@ -179,6 +184,7 @@ fn deny(by: &'static str) -> Resolution {
         allow: false,
         by,
         remember: false,
+        answer_id: None,
     }
 }
 
@@ -195,7 +201,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let turn = lock(&self.inner.turns).get(&id).cloned();
         let answered = match turn.filter(|t| !t.is_done()) {
-            Some(turn) => answer_waiting(&turn, call_id, answer),
+            Some(turn) => answer_waiting(&turn, call_id, answer, None),
             None => self.answer_elsewhere(id, call_id, answer),
         };
         match answered {
@@ -210,11 +216,13 @@ impl Engine {
     }
 }
 
-/// Hands the answer to `turn` if it asks about `call_id` and nothing has decided yet.
+/// Hands the answer to `turn` if it asks about `call_id` and nothing has decided yet;
+/// `answer_id` names an answer another server sent.
 pub(super) fn answer_waiting(
     turn: &ActiveTurn,
     call_id: &str,
     answer: Answer,
+    answer_id: Option<String>,
 ) -> Result<(), EngineError> {
     let mut slot = lock(&turn.consent);
     match slot.as_mut() {
@@ -224,7 +232,7 @@ pub(super) fn answer_waiting(
                 by: d.by.to_owned(),
             })),
             None => {
-                w.decided = Some(Resolution::user(answer));
+                w.decided = Some(Resolution::user(answer, answer_id));
                 // The attempt may be deciding by its timeout this instant: it reads
                 // `decided` either way.
                 let _ = w.wake.send(());
@@ -260,6 +268,18 @@ pub(super) fn newest_question(
         });
         (seq, decided)
     }))
+}
+
+/// The answer the log holds to the question about `call_id` at `seq`, if it has one.
+pub(super) fn answer_to(
+    store: &Store,
+    id: SessionId,
+    call_id: &str,
+    seq: u64,
+) -> Result<Option<PermissionResolved>, StoreError> {
+    let events = store.permission_events(id, call_id)?;
+    let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
+    Ok(questions(&decoded).answer(seq).cloned())
 }
 
 /// The questions and answers among `decoded` (seq order).

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
-use crate::session::events::resolved_by;
 use crate::session::events::{Event, Payload};
 pub use crate::session::store::pg::coord::Kept;
 pub use crate::session::store::pg::coord::Note;
@@ -256,8 +255,11 @@ impl Engine {
     /// A permission answer for an attempt this server does not run: sent to whichever
     /// does, if the log shows that call waiting (else 404 `no_pending_permission`, which
     /// the caller turns into 409 `already_decided` when the log shows it decided). Then
-    /// it waits up to [`ANSWER_CONFIRM_FOR`] for the log to say what stands, so an answer
-    /// that lost a race to another is told so. Left open: when the decision is not in the
+    /// it waits up to [`ANSWER_CONFIRM_FOR`] for the log to say what stands: the answer is
+    /// named by a fresh id the deciding server writes into `permission_resolved`, so of two
+    /// answers racing through different servers only the one that decided is told 200, even
+    /// when both said the same (a server older than `answer_id` writes none: its callers'
+    /// racers are all told 409). Left open: when the decision is not in the
     /// log by then (the note lost while that server's listener reconnected, or its writes
     /// slow), the answer is taken as sent.
     pub(super) fn answer_elsewhere(
@@ -280,27 +282,28 @@ impl Engine {
             // Decided since the log was read: the caller says by whom.
             return Err(EngineError::NoPendingPermission);
         };
+        let answer_id = uuid::Uuid::new_v4().to_string();
         self.inner.coord.notify(&Note::Answer {
             session: id,
             call_id: call_id.to_owned(),
             allow: answer.allow,
             remember: answer.remember,
+            answer_id: Some(answer_id.clone()),
         })?;
-        // The server running the attempt takes the first answer it gets: this one is told
-        // it was accepted only if what stands is the same decision by a user.
-        let ours = if answer.allow { "allow" } else { "deny" };
+        // The server running the attempt takes the first answer it gets and writes its id:
+        // this one is told it was accepted only if that id is ours (another answer saying
+        // the same thing through another server lost all the same).
         let until = Instant::now() + ANSWER_CONFIRM_FOR;
         while Instant::now() < until {
-            match super::consent::newest_question(store, id, call_id)? {
-                Some((seq, Some(d))) if seq == question => {
-                    return match d.decision == ours && d.by == resolved_by::USER {
-                        true => Ok(()),
-                        false => Err(EngineError::AlreadyDecided(d)),
-                    };
+            match super::consent::answer_to(store, id, call_id, question)? {
+                Some(d) if d.answer_id.as_deref() == Some(answer_id.as_str()) => return Ok(()),
+                Some(d) => {
+                    return Err(EngineError::AlreadyDecided(super::consent::Decided {
+                        decision: d.decision,
+                        by: d.by,
+                    }));
                 }
-                Some((seq, _)) if seq == question => thread::sleep(ANSWER_CONFIRM_POLL),
-                // A newer question of that call id: ours was decided long since.
-                _ => return Ok(()),
+                None => thread::sleep(ANSWER_CONFIRM_POLL),
             }
         }
         // Not decided yet (the note may have been lost to a listener that reconnected: the
@@ -340,11 +343,12 @@ impl Engine {
                     call_id,
                     allow,
                     remember,
+                    answer_id,
                     ..
                 } => {
                     let answer = super::consent::Answer { allow, remember };
                     // Answered meanwhile (its timeout, another answer): nothing waits.
-                    let _ = super::consent::answer_waiting(&turn, &call_id, answer);
+                    let _ = super::consent::answer_waiting(&turn, &call_id, answer, answer_id);
                 }
             }
         };

@@ -40,6 +40,7 @@ impl Engine {
                     decision: "deny".into(),
                     by: resolved_by::RESTART.into(),
                     remember: false,
+                    answer_id: None,
                 })
                 .collect();
             for answer in open {

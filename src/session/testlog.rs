@@ -175,6 +175,7 @@ impl Log {
             decision: decision.into(),
             by: "user".into(),
             remember,
+            answer_id: None,
         }))
     }
 

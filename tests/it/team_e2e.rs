@@ -266,29 +266,32 @@ fn a_server_killed_mid_turn_leaves_the_session_usable_from_the_other_with_the_pa
     assert_eq!(messages.last().unwrap()["content"], "go on");
 }
 
-#[test]
-fn a_permission_asked_on_one_server_is_answered_through_the_other() {
-    let test = "team_e2e::a_permission_asked_on_one_server_is_answered_through_the_other";
-    let Some(fs) = crate::mcp::npm_server(test, "server-filesystem") else {
-        return;
-    };
-    let Some(db) = testdb::fresh("a_permission_asked_on_one_server") else {
-        return;
-    };
-    let mock = MockLlm::start(&[]);
+/// A PostgreSQL database, a mock and the filesystem MCP server in a fresh directory, for
+/// team tests of tool consent: the MCP config's path, the database, the mock, the directory.
+fn fs_team(
+    test: &str,
+    db: &str,
+) -> Option<(std::path::PathBuf, TestDb, MockLlm, tempfile::TempDir)> {
+    let fs = crate::mcp::npm_server(test, "server-filesystem")?;
+    let db = testdb::fresh(db)?;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("mcp.json");
     let servers = json!({"mcpServers": {"fs": {"command": "node", "args": [fs, dir.path()]}}});
     std::fs::write(&config, servers.to_string()).unwrap();
-    let extra = [OsStr::new("--mcp-config"), config.as_os_str()];
-    let (a, b) = (
-        serve_with(&db.url, &mock, &extra),
-        serve_with(&db.url, &mock, &extra),
-    );
-    let id = new_session(&a);
-    let file = dir.path().join("from_b.txt");
+    Some((config, db, MockLlm::start(&[]), dir))
+}
+
+/// Sends a turn on `a` whose model writes `text` to `file`, up to its permission question:
+/// the frames, those seen, the question.
+fn ask_to_write(
+    mock: &MockLlm,
+    a: &Brain,
+    id: &str,
+    file: &std::path::Path,
+    text: &str,
+) -> (std::sync::mpsc::Receiver<Value>, Vec<Value>, Value) {
     mock.script(json!([
-        {"kind": "stream", "text": "Writing.", "tool_calls": [write_call("c1", &file, "allowed on b")]},
+        {"kind": "stream", "text": "Writing.", "tool_calls": [write_call("c1", file, text)]},
         {"kind": "stream", "text": "Done."},
     ]));
     let frames = tools_stream(
@@ -298,6 +301,25 @@ fn a_permission_asked_on_one_server_is_answered_through_the_other() {
     );
     let mut seen = Vec::new();
     let asked = until(&frames, "permission", &mut seen);
+    (frames, seen, asked)
+}
+
+#[test]
+fn a_permission_asked_on_one_server_is_answered_through_the_other() {
+    let Some((fs, db, mock, dir)) = fs_team(
+        "team_e2e::a_permission_asked_on_one_server_is_answered_through_the_other",
+        "a_permission_asked_on_one_server",
+    ) else {
+        return;
+    };
+    let extra = [OsStr::new("--mcp-config"), fs.as_os_str()];
+    let (a, b) = (
+        serve_with(&db.url, &mock, &extra),
+        serve_with(&db.url, &mock, &extra),
+    );
+    let id = new_session(&a);
+    let file = dir.path().join("from_b.txt");
+    let (frames, mut seen, asked) = ask_to_write(&mock, &a, &id, &file, "allowed on b");
     assert_eq!(asked["call_id"], "c1");
     assert!(turn_active(&b, &id), "B sees the attempt waiting on A");
     let answer = |call_id: &str| {
@@ -322,6 +344,54 @@ fn a_permission_asked_on_one_server_is_answered_through_the_other() {
         decided.iter().any(|k| k == "permission_resolved"),
         "{decided:?}"
     );
+}
+
+/// Review finding 5: two users allowing the same question through different servers were
+/// both told 200; only the answer that decided is, the other learns who decided.
+#[test]
+fn racing_answers_through_other_servers_get_one_200_and_the_rest_409() {
+    let Some((fs, db, mock, dir)) = fs_team(
+        "team_e2e::racing_answers_through_other_servers_get_one_200_and_the_rest_409",
+        "racing_answers_through_other_servers",
+    ) else {
+        return;
+    };
+    let extra = [OsStr::new("--mcp-config"), fs.as_os_str()];
+    let a = serve_with(&db.url, &mock, &extra);
+    let others = [
+        serve_with(&db.url, &mock, &extra),
+        serve_with(&db.url, &mock, &extra),
+    ];
+    let id = new_session(&a);
+    let file = dir.path().join("raced.txt");
+    let (frames, mut seen, _) = ask_to_write(&mock, &a, &id, &file, "once");
+    let path = format!("/v1/sessions/{id}/permissions/c1");
+    let go = std::sync::Barrier::new(4);
+    let answers: Vec<(u16, Value)> = thread::scope(|s| {
+        let racers: Vec<_> = (0..4)
+            .map(|i| {
+                let (b, go, path) = (&others[i % 2], &go, &path);
+                s.spawn(move || {
+                    go.wait();
+                    call(b, "POST", path, Some(json!({"decision": "allow"})))
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let accepted = answers.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(accepted, 1, "{answers:#?}");
+    for (status, body) in answers.iter().filter(|(status, _)| *status != 200) {
+        assert_eq!(*status, 409, "{body}");
+        assert_eq!(body["error"], "already_decided", "{body}");
+        assert_eq!(
+            (&body["decision"], &body["by"]),
+            (&json!("allow"), &json!("user"))
+        );
+    }
+    let ended = until(&frames, "end", &mut seen);
+    assert_eq!(ended["status"], "completed", "{seen:#?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "once");
 }
 
 #[test]

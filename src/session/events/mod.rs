@@ -541,6 +541,7 @@ mod tests {
             decision: "allow".into(),
             by: resolved_by::USER.into(),
             remember: true,
+            answer_id: Some("a1".into()),
         }));
         round_trip(Payload::CompactionApplied(CompactionApplied {
             summary: "s".into(),

@@ -92,6 +92,11 @@ pub struct PermissionResolved {
     /// Allow this tool for the rest of the session.
     #[serde(default)]
     pub remember: bool,
+    /// The id of the answer that decided, when it came through another server (team mode):
+    /// that server reads it back to tell its caller whether theirs was the first answer
+    /// (200) or a later one (409 `already_decided`), even when both said the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_id: Option<String>,
 }
 
 /// The most of a result kept in its digest's preview, in characters.

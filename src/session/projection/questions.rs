@@ -101,6 +101,7 @@ mod tests {
             decision: decision.into(),
             by: "user".into(),
             remember: false,
+            answer_id: None,
         }
     }
 

@@ -125,5 +125,6 @@ fn resolved(call: &str) -> Payload {
         decision: "allow".into(),
         by: "user".into(),
         remember: false,
+        answer_id: None,
     })
 }

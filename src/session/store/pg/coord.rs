@@ -66,6 +66,11 @@ pub enum Note {
         call_id: String,
         allow: bool,
         remember: bool,
+        /// Names this answer: the deciding server writes it into `permission_resolved`,
+        /// so the sender can tell whether its answer was the first. Absent from older
+        /// servers' notes.
+        #[serde(default)]
+        answer_id: Option<String>,
     },
 }
 
@@ -494,6 +499,7 @@ mod tests {
             call_id: "call \"1\"".into(),
             allow: true,
             remember: false,
+            answer_id: Some("a1".into()),
         };
         sender.notify(&answer).unwrap();
         assert_eq!(rx.recv_timeout(DEADLINE), Ok(answer));
