@@ -148,23 +148,32 @@ pub(super) fn ask(
             Err(RecvTimeoutError::Disconnected) => break decide(resolved_by::STOP),
         }
     };
-    // The slot keeps the decision, so an answer arriving later is told what stands.
+    // The slot keeps the decision, so an answer arriving later is told what stands, but
+    // only once the log holds it: a decision that could not be written is no decision,
+    // and no later answer may be told it stands (review finding 4).
     let decision = resolution.decision();
-    if !turn.keep_claim(&inner.store) {
-        return Err(StoreError::Refused(CLAIM_LOST));
-    }
-    let resolved = turn.append(
-        &inner.store,
-        &Payload::PermissionResolved(PermissionResolved {
-            turn: Some(turn.turn),
-            attempt: Some(turn.attempt),
-            call_id: call_id.to_owned(),
-            decision: decision.to_owned(),
-            by: resolution.by.to_owned(),
-            remember: resolution.remember,
-            answer_id: resolution.answer_id.clone(),
-        }),
-    )?;
+    let resolved = match turn.keep_claim(&inner.store) {
+        false => Err(StoreError::Refused(CLAIM_LOST)),
+        true => turn.append(
+            &inner.store,
+            &Payload::PermissionResolved(PermissionResolved {
+                turn: Some(turn.turn),
+                attempt: Some(turn.attempt),
+                call_id: call_id.to_owned(),
+                decision: decision.to_owned(),
+                by: resolution.by.to_owned(),
+                remember: resolution.remember,
+                answer_id: resolution.answer_id.clone(),
+            }),
+        ),
+    };
+    let resolved = match resolved {
+        Ok(e) => e,
+        Err(e) => {
+            lock(&turn.consent).take();
+            return Err(e);
+        }
+    };
     turn.wrote(resolved.seq);
     turn.push(Frame::PermissionResolved {
         call_id: call_id.to_owned(),

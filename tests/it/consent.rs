@@ -2,7 +2,8 @@
 //! asking for calls and tests/mcp/stand_in.py's `ask` tool, which needs consent. A call id
 //! repeated across turns keeps each turn's own decision; a kill while a question waits
 //! leaves it decided `by: restart` at the next start; racing answers get one 200 and 409s
-//! naming the decision that stands.
+//! naming the decision that stands; a decision the log could not take is not told to
+//! later answers.
 
 use std::sync::{Arc, Barrier};
 
@@ -334,4 +335,51 @@ fn an_in_process_chat_closes_a_question_a_killed_server_left_waiting() {
         .collect();
     assert_eq!(resolved.len(), 1, "{resolved:?}");
     assert_eq!(resolved[0]["by"], "restart");
+}
+
+/// Review finding 4: when the log cannot take the decision (here another process holds the
+/// write lock past the busy timeout), no later answer may be told that decision stands.
+#[test]
+fn a_decision_the_log_could_not_take_is_not_told_to_later_answers() {
+    let mock = MockLlm::start(&[]);
+    let stand = Stand::new();
+    let db = TempDb::new();
+    let b = serve(&db, &mock, &stand.config("echo,ask", None), &[]);
+    let id = session(&b.url);
+    let frames = ask(&b.url, &mock, &id, "ask me");
+    let blocker = rusqlite::Connection::open(db.path()).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    assert_eq!(answer(&b.url, &id, "call_0", "allow").0, 200);
+    // While the append waits out the 5 s busy timeout, the decision is being written and
+    // later answers are told it stands; once the append has failed they must not be. The
+    // lock is held past that (the attempt's end then waits on it too).
+    let held_until = std::time::Instant::now() + std::time::Duration::from_secs(9);
+    let mut later = Vec::new();
+    let freed = loop {
+        let (status, body) = answer(&b.url, &id, "call_0", "deny");
+        later.push((status, body));
+        if status != 409 {
+            break true;
+        }
+        if std::time::Instant::now() > held_until {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    blocker.execute_batch("COMMIT").unwrap();
+    let mut seen = Vec::new();
+    let end = until(&frames, "end", &mut seen);
+    let events = log(&b.url, &id);
+    let recorded: Vec<Value> = resolutions(&events)
+        .iter()
+        .map(|r| r["decision"].clone())
+        .collect();
+    assert!(freed, "a failed decision still stood: {later:?}");
+    let (status, body) = later.last().unwrap();
+    assert_eq!(
+        (*status, &body["error"]),
+        (404, &json!("no_pending_permission"))
+    );
+    assert!(recorded.is_empty(), "{recorded:?}");
+    assert_ne!(end["status"], "completed", "{seen:#?}");
 }
