@@ -34,7 +34,7 @@ pub(super) fn end_in_time(
     if !inner.shutting_down() {
         return end_attempt(inner, turn, model, out, stopped, took);
     }
-    let known = known_end(inner, model, out);
+    let known = known_end(inner, model, out, &stopped);
     let (tx, rx) = mpsc::channel();
     thread::scope(|s| {
         let spawned = thread::Builder::new()
@@ -60,22 +60,29 @@ pub(super) fn end_in_time(
     })
 }
 
-/// The `end` frame of an attempt whose record is not written yet: interrupted at its last
-/// checkpoint when it has text, else failed.
-fn known_end(inner: &Inner, model: &str, out: &Streamed) -> Frame {
-    let interrupted = !out.text.is_empty();
+/// The `end` frame of an attempt whose record is not written yet: the status its record
+/// will give it (the same rule as [`end_attempt`]'s), with no seq, as that record's seq is
+/// not known (review finding 3: it said `interrupted` at the last checkpoint for an answer
+/// whose `assistant_turn` was being written).
+fn known_end(inner: &Inner, model: &str, out: &Streamed, stopped: &Stopped) -> Frame {
     Frame::End {
-        status: if interrupted {
-            EndStatus::Interrupted
-        } else {
-            EndStatus::Failed
-        },
-        seq: out.last_checkpoint_seq.filter(|_| interrupted),
+        status: ends_as(stopped, &out.text),
+        seq: None,
         provider: inner.provider.base_url().to_owned(),
         model: model.to_owned(),
         usage: out.usage,
         steps: out.steps.max(1),
         finish_reason: out.finish_reason.clone(),
+    }
+}
+
+/// How an attempt that stopped so, having streamed `text`, ends (SPEC §6's table): an
+/// answer with text completes; text cut short is interrupted; no text failed.
+fn ends_as(stopped: &Stopped, text: &str) -> EndStatus {
+    match (stopped, text.is_empty()) {
+        (Stopped::Completed, false) => EndStatus::Completed,
+        (_, false) => EndStatus::Interrupted,
+        (_, true) => EndStatus::Failed,
     }
 }
 
@@ -153,7 +160,7 @@ pub(super) fn end_attempt(
             retryable,
         });
     }
-    let interrupted = !out.text.is_empty() && code != "empty_answer";
+    let interrupted = ends_as(&stopped, &out.text) == EndStatus::Interrupted;
     let written = if interrupted {
         let ended = AttemptEnd {
             code: code.clone(),
@@ -385,5 +392,28 @@ fn record_chat(
     );
     if let Err(e) = inner.store.record_call(&entry) {
         log::error!("could not record a chat call in the ledger: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_announced_end_is_the_recorded_one() {
+        use EndStatus::*;
+        let cut = || Stopped::Error(crate::provider::ProviderError::Unreachable("x".into()));
+        let cases = [
+            (Stopped::Completed, "answer", Completed),
+            (Stopped::Completed, "", Failed),
+            (Stopped::Shutdown, "partial", Interrupted),
+            (Stopped::Shutdown, "", Failed),
+            (Stopped::ByUser, "partial", Interrupted),
+            (cut(), "partial", Interrupted),
+            (cut(), "", Failed),
+        ];
+        for (stopped, text, want) in cases {
+            assert_eq!(ends_as(&stopped, text), want, "{text:?}");
+        }
     }
 }
