@@ -225,6 +225,19 @@ impl<'a> SlotWriter<'a> {
     }
 }
 
+/// One send of `buf` that gives up after `limit`: `TimedOut` when it does.
+fn send_within(stream: &TcpStream, buf: &[u8], limit: Duration) -> io::Result<usize> {
+    stream.set_write_timeout(Some(limit))?;
+    // A send that ran out its SO_SNDTIMEO comes back as WouldBlock (EAGAIN) on Linux: it
+    // is the same deadline passing, so callers see one kind for a stalled client (review
+    // finding 1: such a stream was closed politely, its queued frames kept for minutes).
+    let mut w: &TcpStream = stream;
+    w.write(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock => io::Error::from(io::ErrorKind::TimedOut),
+        _ => e,
+    })
+}
+
 impl Write for SlotWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let timeout = self.shared.request_timeout;
@@ -240,13 +253,7 @@ impl Write for SlotWriter<'_> {
         if !self.slot.enter(BUSY, WRITING, now) {
             return Err(closed());
         }
-        self.slot.stream.set_write_timeout(Some(limit))?;
-        // A send that ran out its SO_SNDTIMEO comes back as WouldBlock (EAGAIN) on Linux:
-        // it is the same deadline passing, so callers see one kind for a stalled client.
-        let written = (&self.slot.stream).write(buf).map_err(|e| match e.kind() {
-            io::ErrorKind::WouldBlock => io::Error::from(io::ErrorKind::TimedOut),
-            _ => e,
-        });
+        let written = send_within(&self.slot.stream, buf, limit);
         if !self
             .slot
             .enter(WRITING, BUSY, self.shared.connections.now_ms())
@@ -538,6 +545,25 @@ fn is_field_line(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review finding 1: a client that reads nothing makes the send run out its timeout.
+    #[test]
+    fn a_send_to_a_client_that_reads_nothing_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        // The kernel's buffers fill within a few MB; a bound keeps a broken test finite.
+        let mut failed = None;
+        for _ in 0..4096 {
+            if let Err(e) = send_within(&server, &chunk, Duration::from_millis(20)) {
+                failed = Some(e.kind());
+                break;
+            }
+        }
+        assert_eq!(failed, Some(io::ErrorKind::TimedOut));
+        drop(client);
+    }
 
     #[test]
     fn chunk_size_lines_are_strict() {

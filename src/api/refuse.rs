@@ -80,15 +80,21 @@ const DRAIN_READY_MAX_BYTES: usize = 256 * 1024;
 /// Reads and drops what has already arrived (so closing sends no reset for it), up to
 /// [`DRAIN_READY_MAX_BYTES`].
 fn drain_ready(stream: &TcpStream) {
+    drain_up_to(stream, DRAIN_READY_MAX_BYTES);
+}
+
+/// Reads and drops what has already arrived, up to about `max` bytes; how much it read.
+fn drain_up_to(stream: &TcpStream, max: usize) -> usize {
     let mut sink = [0u8; 4096];
     let mut r: &TcpStream = stream;
     let mut drained = 0;
-    while drained < DRAIN_READY_MAX_BYTES {
+    while drained < max {
         match r.read(&mut sink) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => break,
             Ok(n) => drained += n,
         }
     }
+    drained
 }
 
 /// Reads and drops what the client sends until it closes its side, or [`LINGER`] passes.
@@ -110,5 +116,50 @@ fn linger(stream: &TcpStream) {
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    /// Review finding 2: a refused client that keeps sending held the accept thread in
+    /// `drain_ready` for as long as data kept coming (the loop ended only on an empty
+    /// buffer). With more than the bound waiting, it reads the bound and returns (a small
+    /// bound here: a loopback receive buffer holds less than the real one until read).
+    #[test]
+    fn the_drain_reads_at_most_its_bound() {
+        const BOUND: usize = 16 * 1024;
+        const SENT: usize = 4 << 20;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let mut client = std::net::TcpStream::connect(addr).unwrap();
+            client.write_all(&vec![b'x'; SENT]).unwrap();
+        });
+        let (mut server, _) = listener.accept().unwrap();
+        // Wait (with a deadline) until well past the bound has arrived.
+        let mut peek = vec![0u8; 4 * BOUND];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.peek(&mut peek).unwrap() < peek.len() {
+            assert!(
+                Instant::now() < deadline,
+                "the client's bytes did not arrive"
+            );
+            std::thread::yield_now();
+        }
+        server.set_nonblocking(true).unwrap();
+        let counted = drain_up_to(&server, BOUND);
+        server.set_nonblocking(false).unwrap();
+        let mut rest = Vec::new();
+        server.read_to_end(&mut rest).unwrap();
+        sender.join().unwrap();
+        let drained = SENT - rest.len();
+        assert!(
+            (BOUND..BOUND + 4096).contains(&drained) && counted == drained,
+            "drained {drained} bytes, counted {counted}"
+        );
     }
 }
