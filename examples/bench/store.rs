@@ -220,11 +220,12 @@ fn direct_append(conn: &mut Connection, id: &str, payload: &str) -> rusqlite::Re
         .query_row([id], |r| r.get(0))?;
     if exists {
         tx.prepare_cached(
-            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
-             VALUES (?1,
-                 (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1),
+            "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+             SELECT s.n,
+                 (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_n = s.n),
                  (SELECT COALESCE(MAX(id), 0) + 1 FROM session_events),
-                 'user_message', ?2, ?3)
+                 'user_message', ?2, ?3
+             FROM sessions s WHERE s.id = ?1
              RETURNING seq",
         )?
         .query_row(params![id, payload, now], |r| r.get::<_, i64>(0))?;
@@ -393,13 +394,13 @@ pub fn build_corpus(store: &Store, corpus: usize) -> Result<(), Box<dyn std::err
 /// markers, rows read and dropped.
 fn raw_search(conn: &Connection, expr: &str) -> rusqlite::Result<usize> {
     let mut stmt = conn.prepare_cached(
-        "SELECT e.session_id, s.title, e.seq, e.kind, e.created_at,
+        "SELECT s.id, s.title, e.seq, e.kind, e.created_at,
                 snippet(session_search, 0, '[', ']', '…', 16)
          FROM session_search
          JOIN session_events e ON e.id = session_search.rowid
-         JOIN sessions s ON s.id = e.session_id
+         JOIN sessions s ON s.n = e.session_n
          WHERE session_search MATCH ?1
-         ORDER BY session_search.rank, e.session_id, e.seq
+         ORDER BY session_search.rank, s.id, e.seq
          LIMIT 20 OFFSET 0",
     )?;
     let rows = stmt.query_map([expr], |r| r.get::<_, String>(0))?;

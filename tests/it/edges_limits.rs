@@ -219,7 +219,7 @@ fn a_client_that_stops_reading_its_stream_is_cut_at_the_write_deadline() {
         let kinds: Vec<String> = {
             let conn = db.raw();
             let mut q = conn
-                .prepare("SELECT kind FROM session_events WHERE session_id = ?1")
+                .prepare("SELECT kind FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)")
                 .unwrap();
             q.query_map([&id], |r| r.get(0))
                 .unwrap()

@@ -91,7 +91,7 @@ fn a_database_newer_than_the_binary_is_refused_with_a_clear_error() {
     let n: i64 = db
         .raw()
         .query_row(
-            "SELECT COUNT(*) FROM session_events WHERE session_id = ?1",
+            "SELECT COUNT(*) FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
             [id.to_string()],
             |r| r.get(0),
         )

@@ -20,7 +20,7 @@ fn raw_count(db: &TempDb, sql: &str, id: SessionId) -> i64 {
 fn events_left(db: &TempDb, id: SessionId) -> i64 {
     raw_count(
         db,
-        "SELECT COUNT(*) FROM session_events WHERE session_id = ?1",
+        "SELECT COUNT(*) FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
         id,
     )
 }
@@ -156,7 +156,7 @@ fn a_purge_cut_short_resumes_at_the_next_open() {
         // Part of the purge, as a crash would leave it: the newest events gone.
         db.raw()
             .execute(
-                "DELETE FROM session_events WHERE session_id = ?1 AND seq > 3000",
+                "DELETE FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq > 3000",
                 [doomed.to_string()],
             )
             .unwrap();

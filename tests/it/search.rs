@@ -559,8 +559,9 @@ fn the_rank_window_keeps_the_best_hit_on_top_for_typical_queries() {
         // The label is what bm25 over every match puts first.
         let (sid, seq): (String, u64) = raw
             .query_row(
-                "SELECT e.session_id, e.seq FROM session_search
+                "SELECT s.id, e.seq FROM session_search
                  JOIN session_events e ON e.id = session_search.rowid
+                 JOIN sessions s ON s.n = e.session_n
                  WHERE session_search MATCH ?1 ORDER BY rank LIMIT 1",
                 [&expr],
                 |r| Ok((r.get(0)?, r.get(1)?)),

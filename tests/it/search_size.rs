@@ -7,7 +7,7 @@ use brain::session::projection::ui_transcript;
 use brain::session::store::{SearchOrder, SearchQuery, schema};
 use brain::session::{Payload, SessionId, Store};
 
-use crate::support::{TempDb, user};
+use crate::support::{PURGE_DEADLINE, TempDb, user, wait_for};
 
 fn checkpoint(turn: u64, attempt: u32, text: &str) -> Payload {
     Payload::PendingState(PendingState {
@@ -53,8 +53,13 @@ fn log() -> Vec<Payload> {
 }
 
 fn sessions_at_v5(db: &TempDb) -> Vec<SessionId> {
+    sessions_at(db, 5)
+}
+
+/// Two sessions written as the writer of schema `version` (5 to 14) wrote them.
+fn sessions_at(db: &TempDb, version: i64) -> Vec<SessionId> {
     let mut conn = db.raw();
-    schema::migrate_to(&mut conn, Some(5)).unwrap();
+    schema::migrate_to(&mut conn, Some(version)).unwrap();
     let mut ids = Vec::new();
     for n in 0..2 {
         let id = SessionId::generate();
@@ -69,7 +74,7 @@ fn sessions_at_v5(db: &TempDb) -> Vec<SessionId> {
         let mut rows = vec![("session_started", started)];
         rows.extend(log().iter().map(|p| (p.kind(), p.to_json())));
         for (i, (kind, payload)) in rows.iter().enumerate() {
-            // The insert the writer issues, at V5.
+            // The insert the writer issued up to V14 (keyed by arrival, as at V5).
             conn.execute(
                 "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
                  VALUES (?1, ?2, (SELECT COALESCE(MAX(id), 0) + 1 FROM session_events), ?3, ?4, ?5)",
@@ -111,7 +116,7 @@ fn indexed_seqs(db: &TempDb, id: SessionId) -> Vec<u64> {
     let mut stmt = conn
         .prepare(
             "SELECT e.seq FROM session_search_docsize d JOIN session_events e ON e.id = d.id
-             WHERE e.session_id = ?1 ORDER BY e.seq",
+             WHERE e.session_n = (SELECT n FROM sessions WHERE id = ?1) ORDER BY e.seq",
         )
         .unwrap();
     stmt.query_map([id.to_string()], |r| r.get(0))
@@ -181,10 +186,19 @@ fn assert_answers(db: &TempDb, store: &Store, ids: &[SessionId]) {
 fn a_database_at_v5_migrates_to_an_index_without_completed_checkpoints() {
     let db = TempDb::new();
     let ids = sessions_at_v5(&db);
-    assert_eq!(
-        indexed_seqs(&db, ids[0]),
-        vec![2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
-    );
+    // Before V15 events were filed under the session's id text.
+    let at_v5: Vec<u64> = db
+        .raw()
+        .prepare(
+            "SELECT e.seq FROM session_search_docsize d JOIN session_events e ON e.id = d.id
+             WHERE e.session_id = ?1 ORDER BY e.seq",
+        )
+        .unwrap()
+        .query_map([ids[0].to_string()], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(at_v5, vec![2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     let store = db.open();
     assert_answers(&db, &store, &ids);
 }
@@ -206,7 +220,10 @@ fn deleting_events_in_either_order_keeps_the_index_whole() {
     let ids = sessions_fresh(&store);
     let conn = db.raw();
     let mut stmt = conn
-        .prepare("DELETE FROM session_events WHERE session_id = ?1 AND seq = ?2")
+        .prepare(
+            "DELETE FROM session_events
+                  WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq = ?2",
+        )
         .unwrap();
     for seq in (1..=11).rev() {
         stmt.execute(rusqlite::params![ids[0].to_string(), seq])
@@ -286,7 +303,10 @@ fn a_database_keyed_by_arrival_is_re_keyed_in_time_order() {
     );
     let conn = db.raw();
     let keys: Vec<i64> = conn
-        .prepare("SELECT id FROM session_events ORDER BY created_at, session_id, seq")
+        .prepare(
+            "SELECT e.id FROM session_events e JOIN sessions s ON s.n = e.session_n
+                  ORDER BY e.created_at, s.id, e.seq",
+        )
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
@@ -311,5 +331,129 @@ fn a_database_keyed_by_arrival_is_re_keyed_in_time_order() {
         })
         .unwrap();
     assert_eq!((newest[0].session_id, newest[0].seq), (ids[0], 12));
+    integrity(&db);
+}
+
+/// Every event as its columns hold it, filed under its session's id, in key order.
+fn every_event(db: &TempDb, sql: &str) -> Vec<(String, i64, i64, String, String, String)> {
+    db.raw()
+        .prepare(sql)
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// V15 files events under a session number instead of the id's 36 bytes of text (bytes
+/// per event, issue 27): every event keeps its bytes and its key, the index what it held,
+/// a deleted session its pending purge; writes go on under the numbers.
+#[test]
+fn events_filed_by_session_id_text_keep_every_byte_under_session_numbers() {
+    let db = TempDb::new();
+    let ids = sessions_at(&db, 14);
+    let doomed = SessionId::generate();
+    {
+        let conn = db.raw();
+        conn.execute(
+            "INSERT INTO sessions (id, title, archived, system, created_at, updated_at, deleted_at)
+             VALUES (?1, 'gone', 0, '', '2025-01-01T00:00:00.000000Z',
+                     '2025-01-01T00:00:00.000000Z', '2026-02-01T00:00:00.000000Z')",
+            [doomed.to_string()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
+             VALUES (?1, 1, 1000, 'session_started', '{\"system\":\"\"}',
+                     '2025-01-01T00:00:00.000000Z')",
+            [doomed.to_string()],
+        )
+        .unwrap();
+    }
+    let columns = "e.seq, e.id, e.kind, e.payload, e.created_at FROM session_events e";
+    let before = every_event(
+        &db,
+        &format!("SELECT e.session_id, {columns} ORDER BY e.id"),
+    );
+    let index = "SELECT id FROM session_search_docsize ORDER BY id";
+    let index_before: Vec<i64> = db
+        .raw()
+        .prepare(index)
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // Migrated on its own first: the store's purge would start at once.
+    schema::migrate(&mut db.raw()).unwrap();
+    let after = every_event(
+        &db,
+        &format!("SELECT s.id, {columns} JOIN sessions s ON s.n = e.session_n ORDER BY e.id"),
+    );
+    assert_eq!(
+        after, before,
+        "every event's bytes and key, under its own session"
+    );
+    let index_after: Vec<i64> = db
+        .raw()
+        .prepare(index)
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(index_after, index_before);
+    let store = db.open();
+    assert_answers(&db, &store, &ids);
+    let conn = db.raw();
+    let dangling: i64 = conn
+        .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(dangling, 0);
+    let refused = conn.execute("UPDATE session_events SET kind = kind", []);
+    assert!(refused.is_err_and(|e| e.to_string().contains("append-only")));
+    // Writes go on: the next seq of an old session, a new session under a new number.
+    assert_eq!(store.append(ids[1], &user("herons again")).unwrap().seq, 12);
+    let new = store.create_session(None, String::new()).unwrap().id;
+    let number_of = |id: SessionId| -> i64 {
+        conn.query_row(
+            "SELECT n FROM sessions WHERE id = ?1",
+            [id.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // Numbered by creation: the doomed session (2025) is 1, then the two of 2026.
+    let mut migrated = [number_of(ids[0]), number_of(ids[1])];
+    migrated.sort();
+    assert_eq!(migrated, [2, 3]);
+    assert_eq!(number_of(new), 4);
+    assert_eq!(store.events(new, 0, None).unwrap().len(), 1);
+    // The deleted session kept its pending purge, which runs under the numbers.
+    wait_for("the purge is done", PURGE_DEADLINE, || {
+        store.pending_purges().unwrap() == 0
+    });
+    let left: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM session_events WHERE session_n = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        left, 0,
+        "the doomed session (the oldest: number 1) left nothing"
+    );
     integrity(&db);
 }

@@ -362,8 +362,8 @@ fn an_unknown_kind_is_read_back_untouched() {
     let payload = r#"{"z": 1, "a": [true, null], "nested": {"k": "v"}}"#;
     db.raw()
         .execute(
-            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
-             VALUES (?1, 2, 1000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
+            "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+             VALUES ((SELECT n FROM sessions WHERE id = ?1), 2, 1000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
             rusqlite::params![id.to_string(), payload],
         )
         .unwrap();
@@ -435,7 +435,7 @@ fn delete_removes_the_session_its_events_and_index_rows_and_nothing_else() {
     let raw = db.raw();
     let left: i64 = raw
         .query_row(
-            "SELECT COUNT(*) FROM session_events WHERE session_id = ?1",
+            "SELECT COUNT(*) FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
             [doomed.to_string()],
             |r| r.get(0),
         )

@@ -160,9 +160,9 @@ fn varied(db: &TempDb) -> Store {
     let id = store.session_ids().unwrap()[0];
     let conn = db.raw();
     conn.execute(
-        "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
-         VALUES (?1, 10, 9000, 'from_the_future', '{\"z\":1,  \"a\" : [true]}', '2030-01-01T00:00:00.000000Z'),
-                (?1, 11, 9001, 'user_message', '{\"txt\": 5}', '2030-01-01T00:00:01.000000Z')",
+        "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+         VALUES ((SELECT n FROM sessions WHERE id = ?1), 10, 9000, 'from_the_future', '{\"z\":1,  \"a\" : [true]}', '2030-01-01T00:00:00.000000Z'),
+                ((SELECT n FROM sessions WHERE id = ?1), 11, 9001, 'user_message', '{\"txt\": 5}', '2030-01-01T00:00:01.000000Z')",
         [id.to_string()],
     )
     .unwrap();
@@ -619,8 +619,8 @@ fn export_keeps_a_pretty_printed_payload_byte_for_byte_on_one_line() {
     let pretty = "{\n  \"z\": 1,\n  \"a\": [true, \"x\\ny\"]\r\n}";
     src.raw()
         .execute(
-            "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
-             VALUES (?1, 2, 9000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
+            "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+             VALUES ((SELECT n FROM sessions WHERE id = ?1), 2, 9000, 'from_the_future', ?2, '2030-01-01T00:00:00.000000Z')",
             rusqlite::params![id.to_string(), pretty],
         )
         .unwrap();

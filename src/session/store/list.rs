@@ -122,7 +122,7 @@ fn list_statement(
     }
     if let Some(expr) = fts {
         sql.push_str(
-            " AND id IN (SELECT e.session_id FROM session_search
+            " AND n IN (SELECT e.session_n FROM session_search
               JOIN session_events e ON e.id = session_search.rowid
               WHERE session_search MATCH ?)",
         );
@@ -250,13 +250,13 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
 fn search_statement(q: &SearchQuery) -> String {
     let left_out = "NOT (e.kind = 'pending_state' AND EXISTS (
                SELECT 1 FROM session_events a
-               WHERE a.session_id = e.session_id AND a.seq > e.seq
+               WHERE a.session_n = e.session_n AND a.seq > e.seq
                  AND a.kind = 'assistant_turn'
                  AND json_extract(a.payload, '$.turn') = json_extract(e.payload, '$.turn')
                  AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
-         AND e.session_id NOT IN (
-               SELECT id FROM sessions INDEXED BY sessions_deleted WHERE deleted_at IS NOT NULL)";
-    let columns = "e.session_id, s.title, e.seq, e.kind, e.created_at,
+         AND e.session_n NOT IN (
+               SELECT n FROM sessions INDEXED BY sessions_deleted WHERE deleted_at IS NOT NULL)";
+    let columns = "s.id, s.title, e.seq, e.kind, e.created_at,
                 snippet(session_search, 0, ?2, ?3, '…', ?4)";
     let (limit, offset) = (q.limit, q.offset);
     match q.order {
@@ -264,7 +264,7 @@ fn search_statement(q: &SearchQuery) -> String {
             "SELECT {columns}
              FROM session_search
              JOIN session_events e ON e.id = session_search.rowid
-             JOIN sessions s ON s.id = e.session_id
+             JOIN sessions s ON s.n = e.session_n
              WHERE session_search MATCH ?1 AND {left_out}
              ORDER BY session_search.rowid DESC
              LIMIT {limit} OFFSET {offset}"
@@ -275,20 +275,20 @@ fn search_statement(q: &SearchQuery) -> String {
             // streamed answer's checkpoints could fill it and hide every real match).
             "WITH window AS (
                  SELECT session_search.rowid AS id, bm25(session_search) AS score,
-                        e.session_id, e.seq
+                        e.session_n, e.seq
                  FROM session_search JOIN session_events e ON e.id = session_search.rowid
                  WHERE session_search MATCH ?1 AND {left_out}
                  ORDER BY session_search.rowid DESC LIMIT {RANK_WINDOW}),
              page AS (
-                 SELECT window.id, window.score, window.session_id, window.seq
-                 FROM window
-                 ORDER BY window.score, window.session_id, window.seq
+                 SELECT window.id, window.score, s.id AS session_id, window.seq
+                 FROM window JOIN sessions s ON s.n = window.session_n
+                 ORDER BY window.score, s.id, window.seq
                  LIMIT {limit} OFFSET {offset})
              SELECT {columns}
              FROM page
              JOIN session_search ON session_search.rowid = page.id
              JOIN session_events e ON e.id = page.id
-             JOIN sessions s ON s.id = e.session_id
+             JOIN sessions s ON s.n = e.session_n
              WHERE session_search MATCH ?1
              ORDER BY page.score, page.session_id, page.seq"
         ),

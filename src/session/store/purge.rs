@@ -57,8 +57,8 @@ impl SqliteWriter<'_> {
 pub(super) fn purge_batch(conn: &Connection, id: &str, batch: i64) -> Result<bool> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM session_events WHERE session_id = ?1 AND seq IN (
-                 SELECT seq FROM session_events WHERE session_id = ?1
+            "DELETE FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq IN (
+                 SELECT seq FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)
                  ORDER BY seq DESC LIMIT ?2)",
         )?
         .execute(params![id, batch])?;

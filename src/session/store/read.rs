@@ -53,7 +53,8 @@ impl SqliteStore {
         let conn = self.reader()?;
         Ok(conn
             .prepare_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = ?1",
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
             )?
             .query_row([id.to_string()], |r| r.get(0))?)
     }
@@ -125,11 +126,11 @@ impl SqliteStore {
     pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
         let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(
-            "SELECT e.session_id, e.seq, e.kind, e.payload, e.created_at
+            "SELECT s.id, e.seq, e.kind, e.payload, e.created_at
              FROM session_events AS e INDEXED BY session_events_permissions
-             JOIN sessions AS s ON s.id = e.session_id AND s.deleted_at IS NULL
+             JOIN sessions AS s ON s.n = e.session_n AND s.deleted_at IS NULL
              WHERE e.kind IN ('permission_requested', 'permission_resolved')
-             ORDER BY e.session_id, e.seq",
+             ORDER BY s.id, e.seq",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok((
@@ -175,7 +176,7 @@ impl SqliteStore {
 fn permission_events(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permissions
-         WHERE session_id = ?1 AND kind IN ('permission_requested', 'permission_resolved')
+         WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind IN ('permission_requested', 'permission_resolved')
            AND json_extract(payload, '$.call_id') = ?2 ORDER BY seq",
     )?;
     let rows = stmt.query_map(rusqlite::params![id, call_id], event_row)?;
@@ -204,7 +205,7 @@ pub(super) fn events_after(
     let limit = limit.map_or(-1, i64::from);
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events
-         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+         WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
     let rows = stmt.query_map(
         rusqlite::params![id.to_string(), after_seq, limit],
@@ -236,16 +237,16 @@ fn events_of_kind(conn: &Connection, id: SessionId, k: &str) -> Result<Vec<Event
         kind::COMPACTION_APPLIED => {
             "SELECT seq, kind, payload, created_at FROM session_events
              INDEXED BY session_events_compactions
-             WHERE session_id = ?1 AND kind = 'compaction_applied' ORDER BY seq"
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = 'compaction_applied' ORDER BY seq"
         }
         kind::REWIND => {
             "SELECT seq, kind, payload, created_at FROM session_events
              INDEXED BY session_events_rewinds
-             WHERE session_id = ?1 AND kind = 'rewind' ORDER BY seq"
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = 'rewind' ORDER BY seq"
         }
         _ => {
             "SELECT seq, kind, payload, created_at FROM session_events
-             WHERE session_id = ?1 AND kind = ?2 ORDER BY seq"
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = ?2 ORDER BY seq"
         }
     };
     let mut stmt = conn.prepare_cached(sql)?;
@@ -266,7 +267,7 @@ fn context_boundary(conn: &Connection, id: SessionId) -> Result<u64> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events
          INDEXED BY session_events_compactions
-         WHERE session_id = ?1 AND kind = 'compaction_applied' ORDER BY seq DESC",
+         WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = 'compaction_applied' ORDER BY seq DESC",
     )?;
     let mut rows = stmt.query(rusqlite::params![id.to_string()])?;
     while let Some(row) = rows.next()? {
@@ -284,7 +285,7 @@ fn context_boundary(conn: &Connection, id: SessionId) -> Result<u64> {
 
 /// The transcript page's reads, on one snapshot. The kinds are literals, not parameters,
 /// so the partial indexes (V4, V5) match at prepare time, and each read names its index:
-/// without statistics SQLite prefers the primary key's `session_id` prefix, a scan of the
+/// without statistics SQLite prefers the primary key's `session_n` prefix, a scan of the
 /// whole session, which is the cost this read exists to avoid.
 struct SqlPage<'c> {
     conn: &'c Connection,
@@ -298,7 +299,7 @@ impl PageSource for SqlPage<'_> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, kind, payload, created_at FROM session_events
-             WHERE session_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
         )?;
         let rows = stmt.query_map(rusqlite::params![self.id, before, n], event_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -310,7 +311,7 @@ impl PageSource for SqlPage<'_> {
         if i64::try_from(turn).is_err() {
             let mut stmt = self.conn.prepare_cached(
                 "SELECT seq, kind, payload, created_at FROM session_events
-                 WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')",
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind IN ('pending_state', 'assistant_turn')",
             )?;
             let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
             let all: Vec<Event> = rows.collect::<rusqlite::Result<_>>()?;
@@ -326,7 +327,7 @@ impl PageSource for SqlPage<'_> {
         }
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_attempts
-             WHERE session_id = ?1 AND kind IN ('pending_state', 'assistant_turn')
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind IN ('pending_state', 'assistant_turn')
                AND json_extract(payload, '$.turn') = ?2",
         )?;
         let rows = stmt.query_map(rusqlite::params![self.id, turn], event_row)?;
@@ -340,7 +341,7 @@ impl PageSource for SqlPage<'_> {
     fn rewinds(&mut self) -> Result<Vec<Event>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_rewinds
-             WHERE session_id = ?1 AND kind = 'rewind' ORDER BY seq",
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = 'rewind' ORDER BY seq",
         )?;
         let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

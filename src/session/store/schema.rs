@@ -47,7 +47,7 @@ pub fn apply_common_pragmas(conn: &Connection, sync: SyncMode) -> rusqlite::Resu
 }
 
 /// The page size of a new database. An event's row lives in a B-tree keyed by
-/// `(session_id, seq)` (`WITHOUT ROWID`), where a row over about a quarter of a page spills
+/// `(session_n, seq)` (`WITHOUT ROWID`), where a row over about a quarter of a page spills
 /// into an overflow page of its own: with 4 KiB pages every answer over ~1 KB did, and the
 /// overflow pages stood two-thirds empty (~220 of ~950 bytes per event on the benchmark
 /// corpus, BENCHMARKS.md). At 16 KiB rows up to ~4 KB stay in their leaf.

@@ -64,7 +64,7 @@ impl SqliteWriter<'_> {
             .conn()
             .prepare_cached(
                 "SELECT seq, kind, payload, created_at FROM session_events
-                 WHERE session_id = ?1 AND seq = ?2",
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq = ?2",
             )?
             .query_row(params![id.to_string(), seq], |r| {
                 Ok(Event {

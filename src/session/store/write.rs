@@ -125,7 +125,7 @@ impl<'a> SqliteWriter<'a> {
                 .conn
                 .prepare_cached(
                     "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                     WHERE session_id = ?1 AND kind = ?2",
+                     WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = ?2",
                 )?
                 .query_row(params![id.to_string(), k], |r| r.get(0))?;
             newest = newest.max(seq);
@@ -138,7 +138,8 @@ impl<'a> SqliteWriter<'a> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = ?1",
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
             )?
             .query_row([id.to_string()], |r| r.get(0))?)
     }
@@ -252,11 +253,12 @@ impl<'a> SqliteWriter<'a> {
         let seq: u64 = self
             .conn
             .prepare_cached(
-                "INSERT INTO session_events (session_id, seq, id, kind, payload, created_at)
-                 VALUES (
-                     ?1,
-                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = ?1),
-                     ?5, ?2, ?3, ?4)
+                "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+                 SELECT s.n,
+                        (SELECT COALESCE(MAX(e.seq), 0) + 1 FROM session_events e
+                         WHERE e.session_n = s.n),
+                        ?5, ?2, ?3, ?4
+                 FROM sessions s WHERE s.id = ?1
                  RETURNING seq",
             )?
             .query_row(
