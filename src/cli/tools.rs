@@ -96,13 +96,24 @@ pub fn run(
             (tools, mcp_url.as_deref())
         }
     };
+    let db = db_path(db);
     // The history, read only, when there is one: without it only search_history fails.
-    let store = db_path(db)
-        .and_then(|p| open_read_only(&p, sync, OlderSchema::Refuse))
+    let store = db
+        .as_ref()
         .map_err(|e| log::info!("search_history will not work here: {e}"))
         .ok()
+        .and_then(|p| {
+            open_read_only(p, sync, OlderSchema::Refuse)
+                .map_err(|e| log::info!("search_history will not work here: {e}"))
+                .ok()
+        })
         .map(Arc::new);
-    let tools = args.start_with(store, url, LinkOptions::default())?;
+    // Recorded as `serve` records them: a SIGKILL here must not leave `npx`'s `node`.
+    let link = LinkOptions {
+        groups: db.as_deref().ok().and_then(server_groups),
+        ..LinkOptions::default()
+    };
+    let tools = args.start_with(store, url, link)?;
     match cmd {
         ToolsCommand::List { json, .. } => list(&tools, json, out),
         ToolsCommand::Call {

@@ -23,10 +23,18 @@
 //! written whole (a temporary file renamed over the old one); a SIGKILL leaves the page
 //! cache to the next start, so they need no fsync. Linux only (it reads /proc); elsewhere
 //! nothing is recorded.
+//!
+//! A record says what to SIGKILL, so only a private one is trusted: the directory is made
+//! 0700 and used only while it is this user's and no one else can write in it, files are
+//! opened without following links and read only if regular (a FIFO planted there would
+//! block the start). A brain in another pid namespace sharing the directory (a container
+//! with the data volume) cannot be told alive or dead from here, so its files are left to
+//! it: a file names its brain's pid namespace too.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -56,9 +64,13 @@ struct Live {
 #[derive(Debug)]
 pub struct Groups {
     dir: PathBuf,
-    /// `<pid>-<start time>` of this brain.
+    /// `<pid>-<start time>-<pid namespace>` of this brain.
     name: String,
+    /// This brain's pid namespace: pids and start times are its.
+    ns: String,
     boot: String,
+    /// Whether a failed write was told already (a busy server would say it every second).
+    warned: AtomicBool,
     /// Group id → its record.
     live: Mutex<BTreeMap<u32, Live>>,
     /// Clock ticks per second, for the time of an answer.
@@ -80,15 +92,20 @@ impl Groups {
     /// stdio servers leaves nothing). `None` where processes cannot be told apart (no
     /// /proc): nothing is recorded there.
     pub fn open(dir: &Path) -> Option<Groups> {
-        let (Some(me), Some(boot), Some(ticks_per_s)) =
-            (proc_stat(std::process::id()), boot_id(), ticks_per_s())
-        else {
+        let (Some(me), Some(ns), Some(boot), Some(ticks_per_s)) = (
+            proc_stat(std::process::id()),
+            pid_namespace(),
+            boot_id(),
+            ticks_per_s(),
+        ) else {
             return None;
         };
         Some(Groups {
             dir: dir.to_owned(),
-            name: format!("{}-{}", me.pid, me.start),
+            name: format!("{}-{}-{ns}", me.pid, me.start),
+            ns,
             boot,
+            warned: AtomicBool::new(false),
             live: Mutex::new(BTreeMap::new()),
             ticks_per_s,
         })
@@ -159,16 +176,18 @@ impl Groups {
                 text.push_str(&format!("{pgid} {} {}\n", l.record.start, l.record.seen));
             }
             let tmp = self.dir.join(format!("{}.tmp", self.name));
-            std::fs::create_dir_all(&self.dir)
-                .and_then(|()| std::fs::write(&tmp, text))
+            make_private_dir(&self.dir)
+                .and_then(|()| write_private(&tmp, text.as_bytes()))
                 .and_then(|()| std::fs::rename(&tmp, &path))
         };
         if let Err(e) = result {
             // Only a SIGKILL of brain needs the record; brain itself still kills the group.
-            log::warn!(
-                "cannot record the MCP servers' processes in {}: {e}",
-                path.display()
-            );
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "cannot record the MCP servers' processes in {}: {e}",
+                    path.display()
+                );
+            }
         }
     }
 
@@ -178,17 +197,31 @@ impl Groups {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
+        if let Err(e) = check_private(&self.dir) {
+            log::warn!(
+                "not ending MCP servers a killed brain may have left running: {}: {e}",
+                self.dir.display()
+            );
+            return 0;
+        }
         let mut killed = 0;
         for entry in entries.flatten() {
             let file = entry.file_name();
             let Some(name) = file.to_str() else { continue };
             let owner = name.strip_suffix(".tmp").unwrap_or(name);
-            if owner == self.name || owner_alive(owner) {
+            let regular = entry.file_type().is_ok_and(|t| t.is_file());
+            if !regular || owner == self.name || !owner_gone(owner, &self.ns) {
                 continue;
             }
+            // A temporary file is a record its brain died before renaming: the newest.
             let path = entry.path();
-            if !name.ends_with(".tmp") {
-                killed += self.reap_file(&path);
+            match self.reap_file(&path) {
+                Ok(n) => killed += n,
+                Err(e) => {
+                    // Kept: it may name groups still running, to be ended once readable.
+                    log::warn!("cannot read {}: {e}", path.display());
+                    continue;
+                }
             }
             if let Err(e) = std::fs::remove_file(&path) {
                 log::warn!("cannot remove {}: {e}", path.display());
@@ -198,17 +231,15 @@ impl Groups {
     }
 
     /// Kills the groups one gone brain's file names, if they are still its own.
-    fn reap_file(&self, path: &Path) -> usize {
+    fn reap_file(&self, path: &Path) -> std::io::Result<usize> {
         let mut text = String::new();
-        let read = std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_FILE_BYTES).read_to_string(&mut text));
-        if read.is_err() {
-            return 0;
-        }
+        open_regular(path)?
+            .take(MAX_FILE_BYTES)
+            .read_to_string(&mut text)?;
         let mut lines = text.lines();
         // Another boot: everything it ran ended with it.
         if lines.next() != Some(self.boot.as_str()) {
-            return 0;
+            return Ok(0);
         }
         let procs = all_procs();
         let mut killed = 0;
@@ -230,7 +261,7 @@ impl Groups {
                 killed += 1;
             }
         }
-        killed
+        Ok(killed)
     }
 }
 
@@ -248,16 +279,92 @@ fn still_ours(procs: &[Proc], pgid: u32, r: Record) -> bool {
     members.iter().all(|p| p.start >= r.start) && members.iter().any(|p| p.start <= r.seen)
 }
 
-/// Whether the brain a file is named after (`<pid>-<start time>`) still runs. A name that
-/// is not one is left alone.
-fn owner_alive(owner: &str) -> bool {
-    let Some((pid, start)) = owner.split_once('-') else {
-        return true;
+/// Whether the brain a file is named after (`<pid>-<start time>-<pid namespace>`, or
+/// `<pid>-<start time>` as brains before the namespace wrote it) is known to be gone. A
+/// name that is not one, or one from another pid namespace, is left alone.
+fn owner_gone(owner: &str, ns: &str) -> bool {
+    let mut parts = owner.split('-');
+    let (Some(pid), Some(start), theirs, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
     };
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
-        return true;
+        return false;
     };
-    proc_stat(pid).is_some_and(|p| p.start == start && !p.exited)
+    if theirs.is_some_and(|t| t != ns) {
+        return false;
+    }
+    !proc_stat(pid).is_some_and(|p| p.start == start && !p.exited)
+}
+
+/// This process's pid namespace (the inode `/proc/self/ns/pid` links to).
+fn pid_namespace() -> Option<String> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let id: String = link
+        .to_str()?
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    (!id.is_empty()).then_some(id)
+}
+
+/// Makes `dir` (0700) unless it exists, then checks it is private.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    check_private(dir)
+}
+
+/// Whether `dir` is a directory of this user's (not a link) that no one else may write in.
+fn check_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid(2) reads the process's credentials; no memory is touched.
+    let me = unsafe { libc::geteuid() };
+    let private = m.is_dir() && m.uid() == me && m.mode() & 0o022 == 0;
+    if private {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "not a private directory (another user's, a link, or writable by others)",
+        ))
+    }
+}
+
+/// Writes `path` whole, 0600, never through a link.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Opens `path` to read if it is a regular file: not through a link, and without waiting
+/// on a FIFO.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ))
+    }
 }
 
 #[cfg(not(unix))]
@@ -377,11 +484,20 @@ mod tests {
 
     #[test]
     fn names_that_are_not_a_brain_are_left_alone_and_a_gone_brain_is_gone() {
-        assert!(owner_alive("notes.txt"));
-        assert!(owner_alive("x-y"));
+        let ns = pid_namespace().unwrap();
+        assert!(!owner_gone("notes.txt", &ns));
+        assert!(!owner_gone("x-y", &ns));
+        assert!(!owner_gone("1-2-3-4", &ns));
         let me = proc_stat(std::process::id()).unwrap();
-        assert!(owner_alive(&format!("{}-{}", me.pid, me.start)));
-        assert!(!owner_alive(&format!("{}-{}", me.pid, me.start + 1)));
+        assert!(!owner_gone(&format!("{}-{}-{ns}", me.pid, me.start), &ns));
+        assert!(owner_gone(
+            &format!("{}-{}-{ns}", me.pid, me.start + 1),
+            &ns
+        ));
+        // Written before the namespace was named: read as this one's.
+        assert!(owner_gone(&format!("{}-{}", me.pid, me.start + 1), &ns));
+        // Another namespace's brain: its pid means nothing here.
+        assert!(!owner_gone(&format!("999999999-1-{ns}0"), &ns));
     }
 
     /// A process in a group of its own, as a server runs.
@@ -433,5 +549,104 @@ mod tests {
         assert_eq!(me.reap_left_behind(), 0);
         let _ = stranger.kill();
         let _ = stranger.wait();
+    }
+
+    fn killed_within_10_s(child: &mut std::process::Child) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while running(child) {
+            assert!(std::time::Instant::now() < until, "not killed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// A gone brain that recorded `child`, as `name`, in `dir`.
+    fn gone_brain_recording(dir: &Path, name: &str, child: &std::process::Child) -> Groups {
+        let gone = Groups {
+            name: name.into(),
+            ..Groups::open(dir).unwrap()
+        };
+        gone.record(child.id());
+        gone.heard(child.id());
+        gone
+    }
+
+    #[test]
+    fn a_record_it_died_before_renaming_is_reaped_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ours = sleeper();
+        let gone = gone_brain_recording(dir.path(), "999999999-1", &ours);
+        let file = dir.path().join("999999999-1");
+        std::fs::rename(&file, dir.path().join("999999999-1.tmp")).unwrap();
+        assert_eq!(Groups::open(dir.path()).unwrap().reap_left_behind(), 1);
+        killed_within_10_s(&mut ours);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        drop(gone);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_in_is_not_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut planted = sleeper();
+        gone_brain_recording(dir.path(), "999999999-1", &planted);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let me = Groups::open(dir.path()).unwrap();
+        assert_eq!(
+            me.reap_left_behind(),
+            0,
+            "a record anyone could have written"
+        );
+        assert!(running(&mut planted));
+        assert!(dir.path().join("999999999-1").exists(), "left where it is");
+        // Nor does it write there.
+        let mut server = sleeper();
+        me.record(server.id());
+        assert!(!dir.path().join(&me.name).exists());
+        assert!(me.warned.load(Ordering::Relaxed), "told once");
+        for c in [&mut planted, &mut server] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_in_the_directory_is_never_followed_or_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let me = Groups::open(dir.path()).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!("{}.tmp", me.name))).unwrap();
+        let mut server = sleeper();
+        me.record(server.id());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        assert!(!dir.path().join(&me.name).exists());
+        // A FIFO named as a gone brain's record: a blocking open would hang the start.
+        let fifo = dir.path().join("999999999-1");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) reads the NUL-terminated path it is given.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (done, wait) = std::sync::mpsc::channel();
+        let at = dir.path().to_owned();
+        std::thread::spawn(move || {
+            let _ = done.send(Groups::open(&at).map(|g| g.reap_left_behind()));
+        });
+        let reaped = wait.recv_timeout(std::time::Duration::from_secs(10));
+        assert!(matches!(reaped, Ok(Some(0))), "{reaped:?}");
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+
+    #[test]
+    fn another_pid_namespaces_records_are_left_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut theirs = sleeper();
+        let ns = pid_namespace().unwrap();
+        let name = format!("999999999-1-{ns}7");
+        gone_brain_recording(dir.path(), &name, &theirs);
+        assert_eq!(Groups::open(dir.path()).unwrap().reap_left_behind(), 0);
+        assert!(running(&mut theirs));
+        assert!(dir.path().join(&name).exists());
+        let _ = theirs.kill();
+        let _ = theirs.wait();
     }
 }
