@@ -17,13 +17,30 @@ use crate::session::store::Store;
 const OTHERS: &str = "SELECT pid FROM pg_stat_activity
                       WHERE datname = current_database() AND pid <> pg_backend_pid()";
 
-/// Ends every connection to the test database but `admin`'s, and waits until they are gone
-/// (a restart as brain's pools see it).
+/// Ends every connection to the test database but `admin`'s, and waits until those
+/// backends are gone (a restart as brain's pools see it). Only the pids seen now are
+/// waited for: a pool may open fresh connections meanwhile (r2d2 keeps its idle minimum).
 fn terminate_all(admin: &mut Client) {
+    let pids: Vec<i32> = admin
+        .query(OTHERS, &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     terminate_now(admin);
     let until = Instant::now() + Duration::from_secs(20);
-    while !admin.query(OTHERS, &[]).unwrap().is_empty() {
-        assert!(Instant::now() < until, "the backends did not end");
+    loop {
+        let alive: Vec<i32> = admin
+            .query(OTHERS, &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .filter(|p| pids.contains(p))
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < until, "the backends {alive:?} did not end");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
