@@ -335,6 +335,17 @@ fn a_database_keyed_by_arrival_is_re_keyed_in_time_order() {
 }
 
 /// Every event as its columns hold it, filed under its session's id, in key order.
+/// The rows the search index holds, by id: a migration must keep them all.
+fn indexed_ids(db: &TempDb) -> Vec<i64> {
+    db.raw()
+        .prepare("SELECT id FROM session_search_docsize ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 fn every_event(db: &TempDb, sql: &str) -> Vec<(String, i64, i64, String, String, String)> {
     db.raw()
         .prepare(sql)
@@ -384,15 +395,7 @@ fn events_filed_by_session_id_text_keep_every_byte_under_session_numbers() {
         &db,
         &format!("SELECT e.session_id, {columns} ORDER BY e.id"),
     );
-    let index = "SELECT id FROM session_search_docsize ORDER BY id";
-    let index_before: Vec<i64> = db
-        .raw()
-        .prepare(index)
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let index_before = indexed_ids(&db);
     // Migrated on its own first: the store's purge would start at once.
     schema::migrate(&mut db.raw()).unwrap();
     let after = every_event(
@@ -403,15 +406,7 @@ fn events_filed_by_session_id_text_keep_every_byte_under_session_numbers() {
         after, before,
         "every event's bytes and key, under its own session"
     );
-    let index_after: Vec<i64> = db
-        .raw()
-        .prepare(index)
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(index_after, index_before);
+    assert_eq!(indexed_ids(&db), index_before);
     let store = db.open();
     assert_answers(&db, &store, &ids);
     let conn = db.raw();
