@@ -12,8 +12,7 @@ use std::collections::BTreeSet;
 
 use super::consent::questions;
 use super::engine::{Engine, lock};
-use crate::session::events::{Decoded, Payload, PermissionResolved, QuestionKey, resolved_by};
-use crate::session::projection::questions::any_open;
+use crate::session::events::{Decoded, Event, Payload, PermissionResolved, resolved_by};
 use crate::session::{SessionId, StoreError};
 
 impl Engine {
@@ -22,7 +21,7 @@ impl Engine {
     pub fn resolve_orphaned_questions(&self) -> Result<usize, StoreError> {
         let store = &self.inner.store;
         let mut resolved = 0;
-        for id in sessions_with_open_questions(&store.question_keys()?) {
+        for id in sessions_with_open_questions(&store.all_permission_events()?) {
             if lock(&self.inner.turns).contains_key(&id) {
                 continue;
             }
@@ -53,14 +52,14 @@ impl Engine {
     }
 }
 
-/// The sessions among `keys` (every session's questions and answers, by session then
-/// seq) with a question nothing answered. Only these are read whole: at startup the keys
-/// come from an index (V16), so a log of millions of events costs milliseconds here.
-fn sessions_with_open_questions(keys: &[(SessionId, QuestionKey)]) -> BTreeSet<SessionId> {
+/// The sessions among `events` (every session's questions and answers, by session then
+/// seq) with a question nothing answered.
+fn sessions_with_open_questions(events: &[(SessionId, Event)]) -> BTreeSet<SessionId> {
     let mut open = BTreeSet::new();
-    for session in keys.chunk_by(|a, b| a.0 == b.0) {
-        let keys: Vec<QuestionKey> = session.iter().map(|(_, k)| k.clone()).collect();
-        if any_open(&keys) {
+    for session in events.chunk_by(|a, b| a.0 == b.0) {
+        let decoded: Vec<(u64, Decoded)> =
+            session.iter().map(|(_, e)| (e.seq, e.decode())).collect();
+        if questions(&decoded).open().next().is_some() {
             open.insert(session[0].0);
         }
     }
@@ -70,7 +69,6 @@ fn sessions_with_open_questions(keys: &[(SessionId, QuestionKey)]) -> BTreeSet<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::events::QuestionSide;
     use crate::session::testlog::Log;
 
     #[test]
@@ -86,36 +84,11 @@ mod tests {
         open.answered_in(t1, "call_0", "allow");
         let t2 = open.user("two");
         open.asked(t2, "call_0", "fs__write");
-        let permission = |id: SessionId, log: &Log| -> Vec<(SessionId, QuestionKey)> {
+        let permission = |id: SessionId, log: &Log| -> Vec<(SessionId, Event)> {
             log.events
                 .iter()
-                .filter_map(|e| {
-                    let (call_id, side) = match e.decode() {
-                        Decoded::Known(Payload::PermissionRequested(q)) => (
-                            q.call_id,
-                            QuestionSide::Asked {
-                                turn: q.turn,
-                                attempt: q.attempt,
-                            },
-                        ),
-                        Decoded::Known(Payload::PermissionResolved(r)) => (
-                            r.call_id,
-                            QuestionSide::Answered {
-                                turn: r.turn,
-                                attempt: r.attempt,
-                            },
-                        ),
-                        _ => return None,
-                    };
-                    Some((
-                        id,
-                        QuestionKey {
-                            seq: e.seq,
-                            call_id,
-                            side,
-                        },
-                    ))
-                })
+                .filter(|e| e.kind.starts_with("permission_"))
+                .map(|e| (id, e.clone()))
                 .collect()
         };
         let mut all = permission(a, &answered);

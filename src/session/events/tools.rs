@@ -99,75 +99,6 @@ pub struct PermissionResolved {
     pub answer_id: Option<String>,
 }
 
-/// What pairs a permission question with its answer, and nothing else of either: the
-/// SQLite store keeps exactly this in an index (V16), so the recovery at startup reads it
-/// for every session without reading a row ([`crate::session::projection::questions`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QuestionKey {
-    pub seq: u64,
-    pub call_id: String,
-    pub side: QuestionSide,
-}
-
-/// A question names its turn and attempt; an answer does since answers were keyed by them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuestionSide {
-    Asked {
-        turn: u64,
-        attempt: u32,
-    },
-    Answered {
-        turn: Option<u64>,
-        attempt: Option<u32>,
-    },
-}
-
-/// A key field as a store's index holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyField {
-    Absent,
-    Number(u64),
-    /// Anything else: its event would not decode.
-    Other,
-}
-
-impl QuestionKey {
-    /// The key of the event at `seq` from its kind and indexed fields; `None` when the
-    /// event would not decode as its kind (its payload is not one brain writes), as the
-    /// pairing over decoded events leaves it out.
-    pub fn read(
-        seq: u64,
-        kind: &str,
-        call_id: Option<String>,
-        turn: KeyField,
-        attempt: KeyField,
-    ) -> Option<QuestionKey> {
-        let attempt = match attempt {
-            KeyField::Absent => None,
-            KeyField::Number(n) => Some(u32::try_from(n).ok()?),
-            KeyField::Other => return None,
-        };
-        let turn = match turn {
-            KeyField::Absent => None,
-            KeyField::Number(n) => Some(n),
-            KeyField::Other => return None,
-        };
-        let side = match kind {
-            super::kind::PERMISSION_REQUESTED => QuestionSide::Asked {
-                turn: turn?,
-                attempt: attempt?,
-            },
-            super::kind::PERMISSION_RESOLVED => QuestionSide::Answered { turn, attempt },
-            _ => return None,
-        };
-        Some(QuestionKey {
-            seq,
-            call_id: call_id?,
-            side,
-        })
-    }
-}
-
 /// The most of a result kept in its digest's preview, in characters.
 pub const MAX_PREVIEW_CHARS: usize = 4000;
 /// The most of a call's arguments kept in the log, in bytes.
@@ -198,36 +129,5 @@ mod tests {
         let cut = cut_bytes(&long, 16);
         assert!(cut.len() <= 16 && cut.ends_with(CUT_MARKER), "{cut}");
         assert!(cut.starts_with("é"));
-    }
-
-    /// A key is read only where the event would decode as its kind: a question without
-    /// its turn or attempt, or a field of the wrong type, leaves the event out as the
-    /// decoded pairing does.
-    #[test]
-    fn a_key_is_read_only_from_what_would_decode() {
-        use KeyField::{Absent, Number, Other};
-        let (asked, answered) = ("permission_requested", "permission_resolved");
-        let call = || Some("call_0".to_owned());
-        assert_eq!(
-            QuestionKey::read(4, asked, call(), Number(2), Number(1)).map(|k| k.side),
-            Some(QuestionSide::Asked {
-                turn: 2,
-                attempt: 1
-            })
-        );
-        assert_eq!(
-            QuestionKey::read(5, answered, call(), Absent, Absent).map(|k| k.side),
-            Some(QuestionSide::Answered {
-                turn: None,
-                attempt: None
-            })
-        );
-        assert!(QuestionKey::read(4, asked, call(), Absent, Number(1)).is_none());
-        assert!(QuestionKey::read(4, asked, call(), Number(2), Other).is_none());
-        assert!(QuestionKey::read(4, asked, None, Number(2), Number(1)).is_none());
-        assert!(QuestionKey::read(5, answered, call(), Other, Absent).is_none());
-        let too_big = Number(u64::from(u32::MAX) + 1);
-        assert!(QuestionKey::read(5, answered, call(), Number(2), too_big).is_none());
-        assert!(QuestionKey::read(5, "user_message", call(), Absent, Absent).is_none());
     }
 }

@@ -9,71 +9,15 @@
 //! question of its call id before it that has no answer yet. A question keeps its first
 //! answer: a second one (which brain does not write) changes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-use crate::session::events::{PermissionRequested, PermissionResolved, QuestionKey, QuestionSide};
-
-/// The rule itself, over keys alone: which question an answer closes.
-#[derive(Default)]
-struct Pairing<'a> {
-    /// Call id → its questions so far, oldest first, as (seq, turn, attempt).
-    asked: HashMap<&'a str, Vec<(u64, u64, u32)>>,
-    /// The questions that have their (first) answer, by seq.
-    answered: HashSet<u64>,
-}
-
-impl<'a> Pairing<'a> {
-    fn asked(&mut self, seq: u64, call_id: &'a str, turn: u64, attempt: u32) {
-        self.asked
-            .entry(call_id)
-            .or_default()
-            .push((seq, turn, attempt));
-    }
-
-    /// The seq of the question an answer closes, if it is that question's first answer.
-    fn resolved(&mut self, call_id: &str, turn: Option<u64>, attempt: Option<u32>) -> Option<u64> {
-        let asked = self.asked.get(call_id)?;
-        let question = match (turn, attempt) {
-            (Some(turn), Some(attempt)) => asked
-                .iter()
-                .rev()
-                .find(|&&(_, t, a)| (t, a) == (turn, attempt))
-                .map(|&(seq, ..)| seq)
-                .filter(|seq| !self.answered.contains(seq)),
-            _ => asked
-                .iter()
-                .rev()
-                .map(|&(seq, ..)| seq)
-                .find(|seq| !self.answered.contains(seq)),
-        }?;
-        self.answered.insert(question);
-        Some(question)
-    }
-}
-
-/// Whether a question among `keys` (one session's, in seq order) has no answer: what the
-/// recovery at startup asks of every session, from the keys the store's index holds.
-pub fn any_open(keys: &[QuestionKey]) -> bool {
-    let mut pairing = Pairing::default();
-    let mut asked = Vec::new();
-    for k in keys {
-        match k.side {
-            QuestionSide::Asked { turn, attempt } => {
-                pairing.asked(k.seq, &k.call_id, turn, attempt);
-                asked.push(k.seq);
-            }
-            QuestionSide::Answered { turn, attempt } => {
-                pairing.resolved(&k.call_id, turn, attempt);
-            }
-        }
-    }
-    asked.iter().any(|seq| !pairing.answered.contains(seq))
-}
+use crate::session::events::{PermissionRequested, PermissionResolved};
 
 /// The questions of a log and their answers, fed in seq order.
 #[derive(Default)]
 pub struct Questions<'a> {
-    pairing: Pairing<'a>,
+    /// Call id → its questions so far, oldest first, as (seq, turn, attempt).
+    asked: HashMap<&'a str, Vec<(u64, u64, u32)>>,
     /// Question seq → its answer.
     answers: HashMap<u64, &'a PermissionResolved>,
     /// Question seq → the question.
@@ -83,14 +27,30 @@ pub struct Questions<'a> {
 impl<'a> Questions<'a> {
     /// The question at `seq`.
     pub fn asked(&mut self, seq: u64, q: &'a PermissionRequested) {
-        self.pairing.asked(seq, &q.call_id, q.turn, q.attempt);
+        self.asked
+            .entry(q.call_id.as_str())
+            .or_default()
+            .push((seq, q.turn, q.attempt));
         self.questions.push((seq, q));
     }
 
     /// An answer (after every question before it); the seq of the question it answers,
     /// if it is that question's first answer.
     pub fn resolved(&mut self, r: &'a PermissionResolved) -> Option<u64> {
-        let question = self.pairing.resolved(&r.call_id, r.turn, r.attempt)?;
+        let asked = self.asked.get(r.call_id.as_str())?;
+        let question = match (r.turn, r.attempt) {
+            (Some(turn), Some(attempt)) => asked
+                .iter()
+                .rev()
+                .find(|&&(_, t, a)| (t, a) == (turn, attempt))
+                .map(|&(seq, ..)| seq)
+                .filter(|seq| !self.answers.contains_key(seq)),
+            _ => asked
+                .iter()
+                .rev()
+                .map(|&(seq, ..)| seq)
+                .find(|seq| !self.answers.contains_key(seq)),
+        }?;
         self.answers.insert(question, r);
         Some(question)
     }
@@ -105,7 +65,7 @@ impl<'a> Questions<'a> {
         &self,
         call_id: &str,
     ) -> Option<(u64, &'a PermissionRequested, Option<&'a PermissionResolved>)> {
-        let &(seq, ..) = self.pairing.asked.get(call_id)?.last()?;
+        let &(seq, ..) = self.asked.get(call_id)?.last()?;
         let q = self.questions.iter().rev().find(|(s, _)| *s == seq)?.1;
         Some((seq, q, self.answer(seq)))
     }
@@ -189,67 +149,5 @@ mod tests {
         assert_eq!(w.resolved(&first), Some(3));
         assert_eq!(w.resolved(&second), None);
         assert_eq!(w.answer(3).map(|a| a.decision.as_str()), Some("deny"));
-    }
-
-    /// One event of a generated log: a question, or an answer naming its attempt or not.
-    #[derive(Clone, Debug)]
-    enum Step {
-        Ask(u64, &'static str),
-        Answer(Option<u64>, &'static str),
-    }
-
-    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
-        use proptest::prelude::*;
-        let call = prop_oneof![Just("call_0"), Just("call_1")];
-        prop_oneof![
-            (1u64..4, call.clone()).prop_map(|(t, c)| Step::Ask(t, c)),
-            (proptest::option::of(1u64..4), call).prop_map(|(t, c)| Step::Answer(t, c)),
-        ]
-    }
-
-    proptest::proptest! {
-        /// The keys the store's index holds say a session has an open question exactly
-        /// when its decoded questions and answers do.
-        #[test]
-        fn the_keys_find_an_open_question_exactly_when_the_events_do(
-            steps in proptest::collection::vec(step(), 0..12)
-        ) {
-            let asked: Vec<(u64, PermissionRequested)> = steps
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| match s {
-                    Step::Ask(t, c) => Some((i as u64 + 1, q(*t, c))),
-                    Step::Answer(..) => None,
-                })
-                .collect();
-            let answers: Vec<(u64, PermissionResolved)> = steps
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| match s {
-                    Step::Answer(t, c) => Some((i as u64 + 1, r(*t, c, "deny"))),
-                    Step::Ask(..) => None,
-                })
-                .collect();
-            let mut w = Questions::default();
-            let mut keys = Vec::new();
-            for i in 1..=steps.len() as u64 {
-                if let Some((_, a)) = asked.iter().find(|(s, _)| *s == i) {
-                    w.asked(i, a);
-                    keys.push(QuestionKey {
-                        seq: i,
-                        call_id: a.call_id.clone(),
-                        side: QuestionSide::Asked { turn: a.turn, attempt: a.attempt },
-                    });
-                } else if let Some((_, a)) = answers.iter().find(|(s, _)| *s == i) {
-                    w.resolved(a);
-                    keys.push(QuestionKey {
-                        seq: i,
-                        call_id: a.call_id.clone(),
-                        side: QuestionSide::Answered { turn: a.turn, attempt: a.attempt },
-                    });
-                }
-            }
-            proptest::prop_assert_eq!(any_open(&keys), w.open().next().is_some());
-        }
     }
 }

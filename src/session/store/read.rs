@@ -1,11 +1,10 @@
 //! The read side: reader connections from the pool, each read in one transaction so it
 //! sees one snapshot of the log.
 
-use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, SessionRow, SqliteStore, StoreError};
-use crate::session::events::{Event, KeyField, QuestionKey, SessionId, kind};
+use crate::session::events::{Event, SessionId, kind};
 use crate::session::projection::page::{Page, PageSource, transcript_page};
 use crate::session::projection::{visible, visible_compaction_boundary};
 
@@ -122,35 +121,35 @@ impl SqliteStore {
         permission_events(&conn, &id.to_string(), call_id)
     }
 
-    /// The keys of every question and answer of every live session, in no order (the
-    /// recovery at startup looks for questions nothing answers). Read from the index
-    /// alone (V16): no event row is read.
-    pub fn question_keys(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
+    /// Every question and answer of every session, by session then seq (the recovery at
+    /// startup looks for questions nothing answers).
+    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
         let conn = self.reader()?;
-        let mut stmt = conn.prepare_cached(QUESTION_KEYS)?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT s.id, e.seq, e.kind, e.payload, e.created_at
+             FROM session_events AS e INDEXED BY session_events_permissions
+             JOIN sessions AS s ON s.n = e.session_n AND s.deleted_at IS NULL
+             WHERE e.kind IN ('permission_requested', 'permission_resolved')
+             ORDER BY s.id, e.seq",
+        )?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
-                r.get::<_, u64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Value>(3)?,
-                key_field(r.get(4)?),
-                key_field(r.get(5)?),
+                Event {
+                    seq: r.get(1)?,
+                    kind: r.get(2)?,
+                    payload: r.get(3)?,
+                    created_at: r.get(4)?,
+                },
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, seq, kind, call_id, turn, attempt) = row?;
+            let (id, e) = row?;
             let id = id
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
-            let call_id = match call_id {
-                Value::Text(t) => Some(t),
-                _ => None,
-            };
-            if let Some(key) = QuestionKey::read(seq, &kind, call_id, turn, attempt) {
-                out.push((id, key));
-            }
+            out.push((id, e));
         }
         Ok(out)
     }
@@ -174,24 +173,6 @@ impl SqliteStore {
 }
 
 /// The questions about `call_id` and their answers, in seq order (V13's index).
-/// Every expression here is written as V16's index writes it, so the scan is index-only
-/// (a test holds the plan to it).
-pub(super) const QUESTION_KEYS: &str =
-    "SELECT s.id, e.seq, e.kind, json_extract(e.payload, '$.call_id'),
-        json_extract(e.payload, '$.turn'), json_extract(e.payload, '$.attempt')
-     FROM session_events AS e INDEXED BY session_events_permissions
-     JOIN sessions AS s ON s.n = e.session_n AND s.deleted_at IS NULL
-     WHERE e.kind IN ('permission_requested', 'permission_resolved')";
-
-/// A question's turn or attempt as the index holds it (`json_extract`'s SQL value).
-fn key_field(v: Value) -> KeyField {
-    match v {
-        Value::Null => KeyField::Absent,
-        Value::Integer(n) => u64::try_from(n).map_or(KeyField::Other, KeyField::Number),
-        _ => KeyField::Other,
-    }
-}
-
 fn permission_events(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permissions
@@ -364,106 +345,5 @@ impl PageSource for SqlPage<'_> {
         )?;
         let rows = stmt.query_map(rusqlite::params![self.id], event_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::session::events::{
-        Payload, PermissionRequested, PermissionResolved, QuestionSide, UserMessage,
-    };
-
-    /// The recovery's scan at startup reads V16's index and nothing else: a plan that
-    /// visits the table would read every question's row again (234 ms at 10M events).
-    #[test]
-    fn the_question_keys_are_read_from_the_index_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("t.db"), Default::default()).unwrap();
-        let conn = store.reader().unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {QUESTION_KEYS}"))
-            .unwrap()
-            .query_map([], |r| r.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        let plan = plan.join("; ");
-        assert!(
-            plan.contains("COVERING INDEX session_events_permissions"),
-            "{plan}"
-        );
-    }
-
-    #[test]
-    fn the_question_keys_are_what_the_events_say() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            crate::session::Store::open(&dir.path().join("t.db"), Default::default()).unwrap();
-        let s = store.create_session(None, String::new()).unwrap();
-        let user = store
-            .append(
-                s.id,
-                &Payload::UserMessage(UserMessage { text: "q".into() }),
-            )
-            .unwrap();
-        let asked = store
-            .append(
-                s.id,
-                &Payload::PermissionRequested(PermissionRequested {
-                    turn: user.seq,
-                    attempt: 1,
-                    call_id: "call_0".into(),
-                    name: "fs__write".into(),
-                    args: "{}".into(),
-                }),
-            )
-            .unwrap();
-        let answered = store
-            .append(
-                s.id,
-                &Payload::PermissionResolved(PermissionResolved {
-                    turn: None,
-                    attempt: None,
-                    call_id: "call_0".into(),
-                    decision: "deny".into(),
-                    by: "user".into(),
-                    remember: false,
-                    answer_id: None,
-                }),
-            )
-            .unwrap();
-        let mut keys = store.question_keys().unwrap();
-        keys.sort_by_key(|(_, k)| k.seq);
-        let key = |seq, side| QuestionKey {
-            seq,
-            call_id: "call_0".into(),
-            side,
-        };
-        assert_eq!(
-            keys,
-            vec![
-                (
-                    s.id,
-                    key(
-                        asked.seq,
-                        QuestionSide::Asked {
-                            turn: user.seq,
-                            attempt: 1
-                        }
-                    )
-                ),
-                (
-                    s.id,
-                    key(
-                        answered.seq,
-                        QuestionSide::Answered {
-                            turn: None,
-                            attempt: None
-                        }
-                    )
-                ),
-            ]
-        );
     }
 }

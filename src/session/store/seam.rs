@@ -19,7 +19,7 @@ pub use super::mark::AttemptMark;
 use super::pg::PgStore;
 use super::{OlderSchema, Result, SessionRow, SqliteStore, SqliteWriter, StoreError, StoreOptions};
 use crate::clock::Clock;
-use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
+use crate::session::events::{Event, Payload, SessionId, TitledBy};
 use crate::session::projection::page::Page;
 
 /// What `--db` names: a SQLite file, or a PostgreSQL server by URL.
@@ -199,7 +199,7 @@ pub trait Backend: Send + Sync {
         active: Option<(u64, u32)>,
     ) -> Result<Page>;
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>>;
-    fn question_keys(&self) -> Result<Vec<(SessionId, QuestionKey)>>;
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>>;
     fn session_ids(&self) -> Result<Vec<SessionId>>;
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage>;
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>>;
@@ -357,12 +357,9 @@ impl Store {
         self.backend.permission_events(id, call_id)
     }
 
-    /// What pairs every question with its answer, in every live session: one session's
-    /// keys after another's, each session's in seq order.
-    pub fn question_keys(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        let mut keys = self.backend.question_keys()?;
-        keys.sort_unstable_by_key(|(id, k)| (*id, k.seq));
-        Ok(keys)
+    /// Every question and answer of every session, by session then seq.
+    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.backend.all_permission_events()
     }
 
     /// Every session id, oldest first (tests and export).
@@ -443,8 +440,8 @@ impl Backend for SqliteStore {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         SqliteStore::permission_events(self, id, call_id)
     }
-    fn question_keys(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        SqliteStore::question_keys(self)
+    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+        SqliteStore::all_permission_events(self)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         SqliteStore::session_ids(self)
