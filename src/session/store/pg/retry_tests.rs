@@ -17,24 +17,26 @@ use crate::session::store::Store;
 const OTHERS: &str = "SELECT pid FROM pg_stat_activity
                       WHERE datname = current_database() AND pid <> pg_backend_pid()";
 
-/// Ends every connection to the test database but `admin`'s, and waits until those
-/// backends are gone (a restart as brain's pools see it). Only the pids seen now are
-/// waited for: a pool may open fresh connections meanwhile (r2d2 keeps its idle minimum).
-fn terminate_all(admin: &mut Client) {
-    let pids: Vec<i32> = admin
+/// The pids of every other connection to the test database.
+fn others(admin: &mut Client) -> Vec<i32> {
+    admin
         .query(OTHERS, &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
-        .collect();
+        .collect()
+}
+
+/// Ends every connection to the test database but `admin`'s, and waits until those
+/// backends are gone (a restart as brain's pools see it). Only the pids seen now are
+/// waited for: a pool may open fresh connections meanwhile (r2d2 keeps its idle minimum).
+fn terminate_all(admin: &mut Client) {
+    let pids = others(admin);
     terminate_now(admin);
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let alive: Vec<i32> = admin
-            .query(OTHERS, &[])
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, i32>(0))
+        let alive: Vec<i32> = others(admin)
+            .into_iter()
             .filter(|p| pids.contains(p))
             .collect();
         if alive.is_empty() {
