@@ -439,10 +439,12 @@ fn chat(stream: &mut TcpStream, state: &Shared, mut body: Value) -> std::io::Res
     };
     note(state, at, "_started_ms", json!(now_ms()));
     let served = serve(stream, state, body);
-    drop(held);
+    // Recorded before the slot is freed, so the next request's `_started_ms` can never
+    // read as earlier than this one's end (a race CI met at millisecond resolution).
     if served.is_err() {
         note(state, at, "_cancelled", json!(true));
     }
     note(state, at, "_ended_ms", json!(now_ms()));
+    drop(held);
     served
 }
