@@ -8,67 +8,97 @@
 //! this server holds its claim, so a question of an attempt another server runs (it holds
 //! the claim) is left alone, and no attempt can start on the session meanwhile.
 
-use std::collections::BTreeSet;
-
 use super::consent::questions;
 use super::engine::{Engine, lock};
-use crate::session::events::{Decoded, Event, Payload, PermissionResolved, resolved_by};
+use crate::session::events::{
+    Decoded, Event, Payload, PermissionResolved, QuestionKey, resolved_by,
+};
+use crate::session::projection::questions::any_open;
 use crate::session::{SessionId, StoreError};
 
 impl Engine {
     /// Decides every question no running attempt waits on as denied by `restart`; returns
     /// how many. Run once at startup, before requests are accepted.
+    ///
+    /// It reads only what sessions filed since the last start (V16's `questions_to_check`,
+    /// usually nothing) and then removes what it checked: the rows of a session up to a
+    /// seq where every question has its answer. That holds for good, since an answer only
+    /// closes a question before it, so those rows can never matter again.
     pub fn resolve_orphaned_questions(&self) -> Result<usize, StoreError> {
         let store = &self.inner.store;
         let mut resolved = 0;
-        for id in sessions_with_open_questions(&store.all_permission_events()?) {
-            if lock(&self.inner.turns).contains_key(&id) {
+        let mut checked = Vec::new();
+        for filed in sessions_filed(&store.questions_to_check()?) {
+            if !filed.open {
+                checked.push((filed.id, filed.through));
+                continue;
+            }
+            if lock(&self.inner.turns).contains_key(&filed.id) {
                 continue;
             }
             // Held while the answers are written: no attempt runs on the session anywhere.
-            let Some(_claim) = self.inner.coord.claim(id)? else {
+            let Some(_claim) = self.inner.coord.claim(filed.id)? else {
                 continue;
             };
-            let events = store.events(id, 0, None)?;
-            let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
-            let open: Vec<PermissionResolved> = questions(&decoded)
-                .open()
-                .map(|(_, q)| PermissionResolved {
-                    turn: Some(q.turn),
-                    attempt: Some(q.attempt),
-                    call_id: q.call_id.clone(),
-                    decision: "deny".into(),
-                    by: resolved_by::RESTART.into(),
-                    remember: false,
-                    answer_id: None,
-                })
-                .collect();
-            for answer in open {
-                store.append(id, &Payload::PermissionResolved(answer))?;
+            let mut through = filed.through;
+            for answer in open_questions_denied(&store.events(filed.id, 0, None)?) {
+                let e = store.append(filed.id, &Payload::PermissionResolved(answer))?;
+                through = through.max(e.seq);
                 resolved += 1;
             }
+            checked.push((filed.id, through));
         }
+        store.questions_checked(&checked)?;
         Ok(resolved)
     }
 }
 
-/// The sessions among `events` (every session's questions and answers, by session then
-/// seq) with a question nothing answered.
-fn sessions_with_open_questions(events: &[(SessionId, Event)]) -> BTreeSet<SessionId> {
-    let mut open = BTreeSet::new();
-    for session in events.chunk_by(|a, b| a.0 == b.0) {
-        let decoded: Vec<(u64, Decoded)> =
-            session.iter().map(|(_, e)| (e.seq, e.decode())).collect();
-        if questions(&decoded).open().next().is_some() {
-            open.insert(session[0].0);
-        }
-    }
-    open
+/// A denial `by: restart` for each question of `events` (one session's log) nothing
+/// answered.
+fn open_questions_denied(events: &[Event]) -> Vec<PermissionResolved> {
+    let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
+    questions(&decoded)
+        .open()
+        .map(|(_, q)| PermissionResolved {
+            turn: Some(q.turn),
+            attempt: Some(q.attempt),
+            call_id: q.call_id.clone(),
+            decision: "deny".into(),
+            by: resolved_by::RESTART.into(),
+            remember: false,
+            answer_id: None,
+        })
+        .collect()
+}
+
+/// One session's filed questions and answers, as the recovery sees them.
+#[derive(Debug, PartialEq, Eq)]
+struct Filed {
+    id: SessionId,
+    /// The newest seq filed.
+    through: u64,
+    /// Whether a question among them has no answer: only such a session is read whole.
+    open: bool,
+}
+
+/// The sessions among `keys` (by session, then seq), each with what the recovery needs.
+fn sessions_filed(keys: &[(SessionId, QuestionKey)]) -> Vec<Filed> {
+    keys.chunk_by(|a, b| a.0 == b.0)
+        .map(|session| {
+            let keys: Vec<QuestionKey> = session.iter().map(|(_, k)| k.clone()).collect();
+            Filed {
+                id: session[0].0,
+                through: keys.iter().map(|k| k.seq).max().unwrap_or(0),
+                open: any_open(&keys),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::events::QuestionSide;
     use crate::session::testlog::Log;
 
     #[test]
@@ -84,15 +114,44 @@ mod tests {
         open.answered_in(t1, "call_0", "allow");
         let t2 = open.user("two");
         open.asked(t2, "call_0", "fs__write");
-        let permission = |id: SessionId, log: &Log| -> Vec<(SessionId, Event)> {
+        let permission = |id: SessionId, log: &Log| -> Vec<(SessionId, QuestionKey)> {
             log.events
                 .iter()
-                .filter(|e| e.kind.starts_with("permission_"))
-                .map(|e| (id, e.clone()))
+                .filter_map(|e| {
+                    let (call_id, side) = match e.decode() {
+                        Decoded::Known(Payload::PermissionRequested(q)) => (
+                            q.call_id,
+                            QuestionSide::Asked {
+                                turn: q.turn,
+                                attempt: q.attempt,
+                            },
+                        ),
+                        Decoded::Known(Payload::PermissionResolved(r)) => (
+                            r.call_id,
+                            QuestionSide::Answered {
+                                turn: r.turn,
+                                attempt: r.attempt,
+                            },
+                        ),
+                        _ => return None,
+                    };
+                    Some((
+                        id,
+                        QuestionKey {
+                            seq: e.seq,
+                            call_id,
+                            side,
+                        },
+                    ))
+                })
                 .collect()
         };
         let mut all = permission(a, &answered);
         all.extend(permission(b, &open));
-        assert_eq!(sessions_with_open_questions(&all), BTreeSet::from([b]));
+        let last_question = open.events.last().unwrap().seq;
+        let filed = sessions_filed(&all);
+        let seen: Vec<(SessionId, bool)> = filed.iter().map(|f| (f.id, f.open)).collect();
+        assert_eq!(seen, vec![(a, false), (b, true)]);
+        assert_eq!(filed[1].through, last_question);
     }
 }

@@ -214,6 +214,16 @@ fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start(
     let db = TempDb::new();
     let config = stand.config("echo,ask", None);
     let id = killed_while_asking(&db, &mock, &config);
+    let to_check = || -> i64 {
+        db.raw()
+            .query_row("SELECT COUNT(*) FROM questions_to_check", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(
+        to_check(),
+        1,
+        "the question is filed for the next start to check"
+    );
     let b = serve(&db, &mock, &config, &[]);
     let events = log(&b.url, &id);
     let resolved = resolutions(&events);
@@ -247,6 +257,7 @@ fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start(
     drop(b);
     let b = serve(&db, &mock, &config, &[]);
     assert_eq!(resolutions(&log(&b.url, &id)).len(), 1);
+    assert_eq!(to_check(), 0, "each start removed what it checked");
 }
 
 /// Team mode (SPEC §16): a server that starts while another one's attempt waits on a

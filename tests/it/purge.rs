@@ -2,8 +2,9 @@
 //! reader the moment the delete returns, its events are purged in the background in small
 //! transactions, and a purge cut short resumes at the next open.
 
+use brain::session::events::PermissionRequested;
 use brain::session::store::{ListQuery, SearchOrder, SearchQuery};
-use brain::session::{Event, SessionId, Store, StoreError};
+use brain::session::{Event, Payload, SessionId, Store, StoreError};
 
 use crate::support::*;
 
@@ -122,12 +123,27 @@ fn the_purge_removes_events_index_rows_and_row_and_keeps_the_ledger() {
     let store = db.open();
     let doomed = session_with(&store, "quokka", 1_500);
     let kept = session_with(&store, "wombat", 2);
+    for id in [doomed, kept] {
+        let question = Payload::PermissionRequested(PermissionRequested {
+            turn: 2,
+            attempt: 1,
+            call_id: "call_0".into(),
+            name: "shell".into(),
+            args: "{}".into(),
+        });
+        store.append(id, &question).unwrap();
+    }
     store.delete_session(doomed).unwrap();
     wait_for("the purge is done", PURGE_DEADLINE, || {
         !row_left(&db, doomed)
     });
     assert_eq!(events_left(&db, doomed), 0);
     let raw = db.raw();
+    // What the restart recovery would check goes with the events (V16's trigger).
+    let to_check: i64 = raw
+        .query_row("SELECT COUNT(*) FROM questions_to_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(to_check, 1, "only the kept session's question is left");
     let indexed: i64 = raw
         .query_row(
             "SELECT COUNT(*) FROM session_search WHERE session_search MATCH 'quokka'",
@@ -141,7 +157,7 @@ fn the_purge_removes_events_index_rows_and_row_and_keeps_the_ledger() {
         [],
     )
     .expect("the index agrees with its content");
-    assert_eq!(store.events(kept, 0, None).unwrap().len(), 5);
+    assert_eq!(store.events(kept, 0, None).unwrap().len(), 6);
 }
 
 #[test]

@@ -99,6 +99,84 @@ pub struct PermissionResolved {
     pub answer_id: Option<String>,
 }
 
+/// What pairs a permission question with its answer, and nothing else of either: the
+/// store files exactly this for each of them (V16's `questions_to_check`), so the recovery
+/// at startup reads it without reading an event
+/// ([`crate::session::projection::questions::any_open`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuestionKey {
+    pub seq: u64,
+    pub call_id: String,
+    pub side: QuestionSide,
+}
+
+/// A question names its turn and attempt; an answer does since answers were keyed by them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuestionSide {
+    Asked {
+        turn: u64,
+        attempt: u32,
+    },
+    Answered {
+        turn: Option<u64>,
+        attempt: Option<u32>,
+    },
+    /// An event that would not decode as its kind (a payload brain does not write): the
+    /// pairing over decoded events leaves it out, and so does the one over keys.
+    Unreadable,
+}
+
+/// A key field as a store files it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyField {
+    Absent,
+    Number(u64),
+    /// Anything else: its event would not decode.
+    Other,
+}
+
+impl QuestionKey {
+    /// The key of the event at `seq` from its kind and filed fields.
+    pub fn read(
+        seq: u64,
+        kind: &str,
+        call_id: Option<String>,
+        turn: KeyField,
+        attempt: KeyField,
+    ) -> QuestionKey {
+        let side = QuestionKey::side(kind, call_id.is_some(), turn, attempt);
+        QuestionKey {
+            seq,
+            call_id: call_id.unwrap_or_default(),
+            side: side.unwrap_or(QuestionSide::Unreadable),
+        }
+    }
+
+    fn side(kind: &str, has_call: bool, turn: KeyField, attempt: KeyField) -> Option<QuestionSide> {
+        let attempt = match attempt {
+            KeyField::Absent => None,
+            KeyField::Number(n) => Some(u32::try_from(n).ok()?),
+            KeyField::Other => return None,
+        };
+        let turn = match turn {
+            KeyField::Absent => None,
+            KeyField::Number(n) => Some(n),
+            KeyField::Other => return None,
+        };
+        if !has_call {
+            return None;
+        }
+        match kind {
+            super::kind::PERMISSION_REQUESTED => Some(QuestionSide::Asked {
+                turn: turn?,
+                attempt: attempt?,
+            }),
+            super::kind::PERMISSION_RESOLVED => Some(QuestionSide::Answered { turn, attempt }),
+            _ => None,
+        }
+    }
+}
+
 /// The most of a result kept in its digest's preview, in characters.
 pub const MAX_PREVIEW_CHARS: usize = 4000;
 /// The most of a call's arguments kept in the log, in bytes.
@@ -129,5 +207,42 @@ mod tests {
         let cut = cut_bytes(&long, 16);
         assert!(cut.len() <= 16 && cut.ends_with(CUT_MARKER), "{cut}");
         assert!(cut.starts_with("é"));
+    }
+
+    /// A key is readable only where the event would decode as its kind: a question
+    /// without its turn or attempt, or a field of the wrong type, is left out of the
+    /// pairing as the decoded pairing leaves its event out.
+    #[test]
+    fn a_key_is_readable_only_where_the_event_would_decode() {
+        use KeyField::{Absent, Number, Other};
+        let (asked, answered) = ("permission_requested", "permission_resolved");
+        let call = || Some("call_0".to_owned());
+        let side = |kind, call_id, turn, attempt| {
+            let key = QuestionKey::read(4, kind, call_id, turn, attempt);
+            assert_eq!(key.seq, 4);
+            key.side
+        };
+        assert_eq!(
+            side(asked, call(), Number(2), Number(1)),
+            QuestionSide::Asked {
+                turn: 2,
+                attempt: 1
+            }
+        );
+        assert_eq!(
+            side(answered, call(), Absent, Absent),
+            QuestionSide::Answered {
+                turn: None,
+                attempt: None
+            }
+        );
+        let unreadable = QuestionSide::Unreadable;
+        assert_eq!(side(asked, call(), Absent, Number(1)), unreadable);
+        assert_eq!(side(asked, call(), Number(2), Other), unreadable);
+        assert_eq!(side(asked, None, Number(2), Number(1)), unreadable);
+        assert_eq!(side(answered, call(), Other, Absent), unreadable);
+        let too_big = Number(u64::from(u32::MAX) + 1);
+        assert_eq!(side(answered, call(), Number(2), too_big), unreadable);
+        assert_eq!(side("user_message", call(), Absent, Absent), unreadable);
     }
 }

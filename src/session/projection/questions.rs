@@ -9,15 +9,72 @@
 //! question of its call id before it that has no answer yet. A question keeps its first
 //! answer: a second one (which brain does not write) changes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use crate::session::events::{PermissionRequested, PermissionResolved};
+use crate::session::events::{PermissionRequested, PermissionResolved, QuestionKey, QuestionSide};
+
+/// The rule itself, over keys alone: which question an answer closes.
+#[derive(Default)]
+struct Pairing<'a> {
+    /// Call id → its questions so far, oldest first, as (seq, turn, attempt).
+    asked: HashMap<&'a str, Vec<(u64, u64, u32)>>,
+    /// The questions that have their (first) answer, by seq.
+    answered: HashSet<u64>,
+}
+
+impl<'a> Pairing<'a> {
+    fn asked(&mut self, seq: u64, call_id: &'a str, turn: u64, attempt: u32) {
+        self.asked
+            .entry(call_id)
+            .or_default()
+            .push((seq, turn, attempt));
+    }
+
+    /// The seq of the question an answer closes, if it is that question's first answer.
+    fn resolved(&mut self, call_id: &str, turn: Option<u64>, attempt: Option<u32>) -> Option<u64> {
+        let asked = self.asked.get(call_id)?;
+        let question = match (turn, attempt) {
+            (Some(turn), Some(attempt)) => asked
+                .iter()
+                .rev()
+                .find(|&&(_, t, a)| (t, a) == (turn, attempt))
+                .map(|&(seq, ..)| seq)
+                .filter(|seq| !self.answered.contains(seq)),
+            _ => asked
+                .iter()
+                .rev()
+                .map(|&(seq, ..)| seq)
+                .find(|seq| !self.answered.contains(seq)),
+        }?;
+        self.answered.insert(question);
+        Some(question)
+    }
+}
+
+/// Whether a question among `keys` (one session's, in seq order) has no answer: what the
+/// recovery at startup asks of every session, from the keys the store files.
+pub fn any_open(keys: &[QuestionKey]) -> bool {
+    let mut pairing = Pairing::default();
+    let mut asked = Vec::new();
+    for k in keys {
+        match k.side {
+            QuestionSide::Asked { turn, attempt } => {
+                pairing.asked(k.seq, &k.call_id, turn, attempt);
+                asked.push(k.seq);
+            }
+            QuestionSide::Answered { turn, attempt } => {
+                pairing.resolved(&k.call_id, turn, attempt);
+            }
+            QuestionSide::Unreadable => {}
+        }
+    }
+    asked.iter().any(|seq| !pairing.answered.contains(seq))
+}
 
 /// The questions of a log and their answers, fed in seq order.
 #[derive(Default)]
 pub struct Questions<'a> {
-    /// Call id → its questions so far, oldest first, as (seq, turn, attempt).
-    asked: HashMap<&'a str, Vec<(u64, u64, u32)>>,
+    pairing: Pairing<'a>,
     /// Question seq → its answer.
     answers: HashMap<u64, &'a PermissionResolved>,
     /// Question seq → the question.
@@ -27,30 +84,14 @@ pub struct Questions<'a> {
 impl<'a> Questions<'a> {
     /// The question at `seq`.
     pub fn asked(&mut self, seq: u64, q: &'a PermissionRequested) {
-        self.asked
-            .entry(q.call_id.as_str())
-            .or_default()
-            .push((seq, q.turn, q.attempt));
+        self.pairing.asked(seq, &q.call_id, q.turn, q.attempt);
         self.questions.push((seq, q));
     }
 
     /// An answer (after every question before it); the seq of the question it answers,
     /// if it is that question's first answer.
     pub fn resolved(&mut self, r: &'a PermissionResolved) -> Option<u64> {
-        let asked = self.asked.get(r.call_id.as_str())?;
-        let question = match (r.turn, r.attempt) {
-            (Some(turn), Some(attempt)) => asked
-                .iter()
-                .rev()
-                .find(|&&(_, t, a)| (t, a) == (turn, attempt))
-                .map(|&(seq, ..)| seq)
-                .filter(|seq| !self.answers.contains_key(seq)),
-            _ => asked
-                .iter()
-                .rev()
-                .map(|&(seq, ..)| seq)
-                .find(|seq| !self.answers.contains_key(seq)),
-        }?;
+        let question = self.pairing.resolved(&r.call_id, r.turn, r.attempt)?;
         self.answers.insert(question, r);
         Some(question)
     }
@@ -65,7 +106,7 @@ impl<'a> Questions<'a> {
         &self,
         call_id: &str,
     ) -> Option<(u64, &'a PermissionRequested, Option<&'a PermissionResolved>)> {
-        let &(seq, ..) = self.asked.get(call_id)?.last()?;
+        let &(seq, ..) = self.pairing.asked.get(call_id)?.last()?;
         let q = self.questions.iter().rev().find(|(s, _)| *s == seq)?.1;
         Some((seq, q, self.answer(seq)))
     }
@@ -149,5 +190,94 @@ mod tests {
         assert_eq!(w.resolved(&first), Some(3));
         assert_eq!(w.resolved(&second), None);
         assert_eq!(w.answer(3).map(|a| a.decision.as_str()), Some("deny"));
+    }
+
+    /// One event of a generated log: a question, or an answer naming its attempt or not.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Ask(u64, &'static str),
+        Answer(Option<u64>, &'static str),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let call = prop_oneof![Just("call_0"), Just("call_1")];
+        prop_oneof![
+            (1u64..4, call.clone()).prop_map(|(t, c)| Step::Ask(t, c)),
+            (proptest::option::of(1u64..4), call).prop_map(|(t, c)| Step::Answer(t, c)),
+        ]
+    }
+
+    /// The keys of a generated log, in seq order (seq = position + 1).
+    fn keys_of(steps: &[Step]) -> Vec<QuestionKey> {
+        steps
+            .iter()
+            .zip(1u64..)
+            .map(|(s, seq)| match s {
+                Step::Ask(t, c) => QuestionKey {
+                    seq,
+                    call_id: (*c).into(),
+                    side: QuestionSide::Asked {
+                        turn: *t,
+                        attempt: 1,
+                    },
+                },
+                Step::Answer(t, c) => QuestionKey {
+                    seq,
+                    call_id: (*c).into(),
+                    side: QuestionSide::Answered {
+                        turn: *t,
+                        attempt: t.map(|_| 1),
+                    },
+                },
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// The keys the store files say a session has an open question exactly when its
+        /// decoded questions and answers do.
+        #[test]
+        fn the_keys_find_an_open_question_exactly_when_the_events_do(
+            steps in proptest::collection::vec(step(), 0..12)
+        ) {
+            let asked: Vec<PermissionRequested> = steps
+                .iter()
+                .map(|s| match s {
+                    Step::Ask(t, c) => q(*t, c),
+                    Step::Answer(_, c) => q(0, c),
+                })
+                .collect();
+            let answers: Vec<PermissionResolved> = steps
+                .iter()
+                .map(|s| match s {
+                    Step::Answer(t, c) => r(*t, c, "deny"),
+                    Step::Ask(_, c) => r(None, c, "deny"),
+                })
+                .collect();
+            let mut w = Questions::default();
+            for (i, s) in steps.iter().enumerate() {
+                match s {
+                    Step::Ask(..) => w.asked(i as u64 + 1, &asked[i]),
+                    Step::Answer(..) => {
+                        w.resolved(&answers[i]);
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(any_open(&keys_of(&steps)), w.open().next().is_some());
+        }
+
+        /// What the recovery does at each start: it forgets the keys up to a point where
+        /// every question has its answer. Whatever follows is then judged as it would be
+        /// with the whole history.
+        #[test]
+        fn forgetting_an_answered_prefix_changes_nothing_after_it(
+            steps in proptest::collection::vec(step(), 0..14),
+        ) {
+            let keys = keys_of(&steps);
+            for cut in (0..=keys.len()).filter(|&c| !any_open(&keys[..c])) {
+                proptest::prop_assert_eq!(any_open(&keys[cut..]), any_open(&keys), "cut {}", cut);
+            }
+        }
     }
 }

@@ -1,10 +1,11 @@
 //! The read side: reader connections from the pool, each read in one transaction so it
 //! sees one snapshot of the log.
 
+use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, SessionRow, SqliteStore, StoreError};
-use crate::session::events::{Event, SessionId, kind};
+use crate::session::events::{Event, KeyField, QuestionKey, SessionId, kind};
 use crate::session::projection::page::{Page, PageSource, transcript_page};
 use crate::session::projection::{visible, visible_compaction_boundary};
 
@@ -121,35 +122,32 @@ impl SqliteStore {
         permission_events(&conn, &id.to_string(), call_id)
     }
 
-    /// Every question and answer of every session, by session then seq (the recovery at
-    /// startup looks for questions nothing answers).
-    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
+    /// The keys of the questions and answers filed since the restart recovery last
+    /// checked them (V16's `questions_to_check`), in every live session, in no order.
+    pub fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
         let conn = self.reader()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT s.id, e.seq, e.kind, e.payload, e.created_at
-             FROM session_events AS e INDEXED BY session_events_permissions
-             JOIN sessions AS s ON s.n = e.session_n AND s.deleted_at IS NULL
-             WHERE e.kind IN ('permission_requested', 'permission_resolved')
-             ORDER BY s.id, e.seq",
-        )?;
+        let mut stmt = conn.prepare_cached(QUESTIONS_TO_CHECK)?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
-                Event {
-                    seq: r.get(1)?,
-                    kind: r.get(2)?,
-                    payload: r.get(3)?,
-                    created_at: r.get(4)?,
-                },
+                r.get::<_, u64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Value>(3)?,
+                key_field(r.get(4)?),
+                key_field(r.get(5)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, e) = row?;
+            let (id, seq, kind, call_id, turn, attempt) = row?;
             let id = id
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
-            out.push((id, e));
+            let call_id = match call_id {
+                Value::Text(t) => Some(t),
+                _ => None,
+            };
+            out.push((id, QuestionKey::read(seq, &kind, call_id, turn, attempt)));
         }
         Ok(out)
     }
@@ -169,6 +167,20 @@ impl SqliteStore {
                     .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))
             })
             .collect()
+    }
+}
+
+pub(super) const QUESTIONS_TO_CHECK: &str =
+    "SELECT s.id, q.seq, q.kind, q.call_id, q.turn, q.attempt
+     FROM questions_to_check AS q
+     JOIN sessions AS s ON s.n = q.session_n AND s.deleted_at IS NULL";
+
+/// A question's turn or attempt as V16 files it (`json_extract`'s SQL value).
+fn key_field(v: Value) -> KeyField {
+    match v {
+        Value::Null => KeyField::Absent,
+        Value::Integer(n) => u64::try_from(n).map_or(KeyField::Other, KeyField::Number),
+        _ => KeyField::Other,
     }
 }
 

@@ -19,7 +19,7 @@ pub use super::mark::AttemptMark;
 use super::pg::PgStore;
 use super::{OlderSchema, Result, SessionRow, SqliteStore, SqliteWriter, StoreError, StoreOptions};
 use crate::clock::Clock;
-use crate::session::events::{Event, Payload, SessionId, TitledBy};
+use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
 use crate::session::projection::page::Page;
 
 /// What `--db` names: a SQLite file, or a PostgreSQL server by URL.
@@ -171,6 +171,9 @@ pub trait WriteTxn {
     ) -> Result<SessionRow>;
     /// Records a provider call; returns its ledger id.
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64>;
+    /// Removes what the session filed for the restart recovery up to `through` (V16):
+    /// every question up to there has its answer.
+    fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()>;
 }
 
 /// Whether a write's closure may run a second time (see [`Backend::write`]).
@@ -199,7 +202,7 @@ pub trait Backend: Send + Sync {
         active: Option<(u64, u32)>,
     ) -> Result<Page>;
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>>;
-    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>>;
+    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>>;
     fn session_ids(&self) -> Result<Vec<SessionId>>;
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage>;
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>>;
@@ -357,9 +360,27 @@ impl Store {
         self.backend.permission_events(id, call_id)
     }
 
-    /// Every question and answer of every session, by session then seq.
-    pub fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
-        self.backend.all_permission_events()
+    /// The keys of the questions and answers filed since the restart recovery last
+    /// checked them, in every live session: one session's keys after another's, each
+    /// session's in seq order.
+    pub fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
+        let mut keys = self.backend.questions_to_check()?;
+        keys.sort_unstable_by_key(|(id, k)| (*id, k.seq));
+        Ok(keys)
+    }
+
+    /// Removes, for each (session, seq), what the session filed up to that seq: the
+    /// recovery found every question up to there answered. One transaction.
+    pub fn questions_checked(&self, checked: &[(SessionId, u64)]) -> Result<()> {
+        if checked.is_empty() {
+            return Ok(());
+        }
+        self.write(|w| {
+            for &(id, through) in checked {
+                w.questions_checked(id, through)?;
+            }
+            Ok(())
+        })
     }
 
     /// Every session id, oldest first (tests and export).
@@ -440,8 +461,8 @@ impl Backend for SqliteStore {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         SqliteStore::permission_events(self, id, call_id)
     }
-    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
-        SqliteStore::all_permission_events(self)
+    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
+        SqliteStore::questions_to_check(self)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         SqliteStore::session_ids(self)
@@ -538,6 +559,9 @@ impl WriteTxn for SqliteWriter<'_> {
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         SqliteWriter::record_call(self, e)
+    }
+    fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
+        SqliteWriter::questions_checked(self, id, through)
     }
 }
 

@@ -299,6 +299,19 @@ impl<'a> SqliteWriter<'a> {
     }
 }
 
+impl SqliteWriter<'_> {
+    /// Removes what the session filed for the restart recovery up to `through` (V16).
+    pub fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM questions_to_check
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq <= ?2",
+            )?
+            .execute(params![id.to_string(), through])?;
+        Ok(())
+    }
+}
+
 impl Store {
     /// Creates a session with its `session_started` event.
     pub fn create_session(&self, title: Option<String>, system: String) -> Result<SessionRow> {

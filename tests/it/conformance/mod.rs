@@ -46,6 +46,7 @@ mod cli;
 mod delete;
 mod ledger;
 mod nul;
+mod questions;
 mod reads;
 mod schema;
 mod search;
@@ -86,6 +87,10 @@ impl Db {
             Keep::Dir(_) => Db::sqlite(),
             Keep::Pg(_) => Db::postgres(test).expect("a server, as for the first"),
         }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self._keep, Keep::Pg(_))
     }
 
     /// What `--db` takes: the file's path or the URL.

@@ -45,7 +45,7 @@ use super::seam::{Backend, Rerun, Writer};
 use super::{OlderSchema, Result, SessionRow, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::config;
-use crate::session::events::{Event, SessionId};
+use crate::session::events::{Event, QuestionKey, SessionId};
 use crate::session::projection::page::Page;
 
 mod embedded {
@@ -253,8 +253,8 @@ impl Backend for PgStore {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         self.read(|c| read::permission_events(c, id, call_id))
     }
-    fn all_permission_events(&self) -> Result<Vec<(SessionId, Event)>> {
-        self.read(read::all_permission_events)
+    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
+        self.read(read::questions_to_check)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.read(read::session_ids)

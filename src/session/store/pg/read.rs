@@ -15,7 +15,7 @@ use postgres::{GenericClient, IsolationLevel, Transaction};
 use postgres::types::Type;
 
 use super::rows::{event_row, session_row, to_i64, typed};
-use crate::session::events::{Decoded, Event, Payload, SessionId};
+use crate::session::events::{Decoded, Event, KeyField, Payload, QuestionKey, SessionId};
 use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
 use crate::session::projection::visible_compaction_boundary;
 use crate::session::store::{Result, SessionRow, StoreError};
@@ -119,13 +119,10 @@ const CALLS_EVENTS: &str = concat!(
            AND brain_field(payload, 'call_id') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
-/// Every session's questions and answers (the recovery at startup), the session fifth.
-const ALL_PERMISSION_EVENTS: &str = concat!(
-    "SELECT ",
-    event_columns!(),
-    ", session_id::text FROM session_events
-     WHERE kind IN ('permission_requested', 'permission_resolved') ORDER BY session_id, seq"
-);
+/// What every live session filed for the restart recovery (V16), the session first.
+const QUESTIONS_TO_CHECK: &str = "SELECT q.session_id::text, q.seq, q.kind, q.call_id, q.turn,
+        q.attempt
+     FROM questions_to_check q JOIN sessions s ON s.id = q.session_id AND s.deleted_at IS NULL";
 const SESSION_IDS: &str = "SELECT id::text FROM sessions ORDER BY sessions.created_at, sessions.id";
 
 /// A read-only transaction on one snapshot (`REPEATABLE READ`): what a read of several
@@ -236,18 +233,32 @@ pub fn permission_events(
     )?)
 }
 
-/// Every question and answer of every session, by session then seq.
-pub fn all_permission_events(c: &mut impl GenericClient) -> Result<Vec<(SessionId, Event)>> {
-    c.query_typed(ALL_PERMISSION_EVENTS, &[])?
-        .iter()
-        .map(|r| {
-            let id: String = r.try_get(4)?;
-            let id = id
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
-            Ok((id, event_row(r)?))
-        })
-        .collect()
+/// The questions and answers filed since the restart recovery last checked them (V16), in
+/// no order.
+pub fn questions_to_check(c: &mut impl GenericClient) -> Result<Vec<(SessionId, QuestionKey)>> {
+    let mut out = Vec::new();
+    for r in c.query_typed(QUESTIONS_TO_CHECK, &[])? {
+        let id: String = r.try_get(0)?;
+        let id = id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
+        let seq: i64 = r.try_get(1)?;
+        let seq = u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("seq {seq}")))?;
+        let kind: String = r.try_get(2)?;
+        let field = |i: usize| -> Result<KeyField> {
+            let text: Option<String> = r.try_get(i)?;
+            Ok(match text {
+                None => KeyField::Absent,
+                Some(t) => t.parse().map_or(KeyField::Other, KeyField::Number),
+            })
+        };
+        let (turn, attempt) = (field(4)?, field(5)?);
+        out.push((
+            id,
+            QuestionKey::read(seq, &kind, r.try_get(3)?, turn, attempt),
+        ));
+    }
+    Ok(out)
 }
 
 /// The session's rewinds, in seq order (what marks a search hit abandoned).

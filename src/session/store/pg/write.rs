@@ -476,6 +476,13 @@ impl WriteTxn for PgWriter<'_> {
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         PgWriter::record_call(self, e)
     }
+    fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
+        self.tx.execute(
+            "DELETE FROM questions_to_check WHERE session_id = $1 AND seq <= $2",
+            &[&id.as_uuid(), &to_i64(through)?],
+        )?;
+        Ok(())
+    }
 }
 
 impl crate::session::store::copy::Rows for PgWriter<'_> {

@@ -1,0 +1,162 @@
+//! What either store files for the restart recovery (V16's `questions_to_check`): the keys
+//! of every question and answer, whichever path wrote the event, until the recovery says
+//! it has checked them; never a deleted session's. The recovery's correctness rests on
+//! this: a question no row stands for would stay open forever after a kill.
+
+use brain::session::events::{PermissionRequested, PermissionResolved, QuestionKey, QuestionSide};
+use brain::session::{Payload, SessionId, Store};
+
+use super::{Db, log, new_session};
+use crate::support::user;
+
+conformance!(
+    questions_and_answers_are_filed_until_checked,
+    an_import_files_its_questions,
+    a_deleted_session_has_nothing_to_check,
+    a_field_of_another_type_is_filed_as_unreadable,
+);
+
+fn question(turn: u64, call: &str) -> Payload {
+    Payload::PermissionRequested(PermissionRequested {
+        turn,
+        attempt: 1,
+        call_id: call.into(),
+        name: "shell".into(),
+        // A NUL escape in the arguments: PostgreSQL's `->` fails on the document.
+        args: "rm -rf \0 /".into(),
+    })
+}
+
+fn resolved(turn: u64, call: &str) -> Payload {
+    Payload::PermissionResolved(PermissionResolved {
+        turn: Some(turn),
+        attempt: Some(1),
+        call_id: call.into(),
+        decision: "deny".into(),
+        by: "user".into(),
+        remember: false,
+        answer_id: None,
+    })
+}
+
+fn asked(seq: u64, turn: u64, call: &str) -> QuestionKey {
+    QuestionKey {
+        seq,
+        call_id: call.into(),
+        side: QuestionSide::Asked { turn, attempt: 1 },
+    }
+}
+
+fn answered(seq: u64, turn: u64, call: &str) -> QuestionKey {
+    QuestionKey {
+        seq,
+        call_id: call.into(),
+        side: QuestionSide::Answered {
+            turn: Some(turn),
+            attempt: Some(1),
+        },
+    }
+}
+
+/// The session's filed keys, in seq order.
+fn filed(store: &Store, id: SessionId) -> Vec<QuestionKey> {
+    let all = store.questions_to_check().unwrap();
+    all.into_iter()
+        .filter(|(s, _)| *s == id)
+        .map(|(_, k)| k)
+        .collect()
+}
+
+fn questions_and_answers_are_filed_until_checked(db: &Db) {
+    let store = db.open();
+    let (a, b) = (new_session(&store), new_session(&store));
+    let t = store.append(a, &user("q")).unwrap().seq;
+    let q1 = store.append(a, &question(t, "call_0")).unwrap().seq;
+    let r1 = store.append(a, &resolved(t, "call_0")).unwrap().seq;
+    let q2 = store.append(a, &question(t, "call_1")).unwrap().seq;
+    let tb = store.append(b, &user("q")).unwrap().seq;
+    let qb = store.append(b, &question(tb, "call_0")).unwrap().seq;
+    assert_eq!(
+        filed(&store, a),
+        [
+            asked(q1, t, "call_0"),
+            answered(r1, t, "call_0"),
+            asked(q2, t, "call_1")
+        ]
+    );
+    // Sessions come one after another, each in seq order.
+    let all = store.questions_to_check().unwrap();
+    let ids: Vec<SessionId> = all.iter().map(|(s, _)| *s).collect();
+    assert!(ids.chunk_by(|x, y| x == y).count() == 2, "{all:?}");
+
+    store.questions_checked(&[(a, r1)]).unwrap();
+    assert_eq!(filed(&store, a), [asked(q2, t, "call_1")]);
+    assert_eq!(
+        filed(&store, b),
+        [asked(qb, tb, "call_0")],
+        "b is untouched"
+    );
+    // Filed again as the log goes on; checking everything empties it.
+    let r2 = store.append(a, &resolved(t, "call_1")).unwrap().seq;
+    assert_eq!(
+        filed(&store, a),
+        [asked(q2, t, "call_1"), answered(r2, t, "call_1")]
+    );
+    store.questions_checked(&[(a, r2), (b, qb)]).unwrap();
+    assert!(store.questions_to_check().unwrap().is_empty());
+    // The log itself is untouched.
+    assert_eq!(log(&store, a).len(), 6);
+}
+
+fn an_import_files_its_questions(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let t = store.append(id, &user("q")).unwrap().seq;
+    let q = store.append(id, &question(t, "call_0")).unwrap().seq;
+    let events = log(&store, id);
+    let copy = SessionId::generate();
+    store.write(|w| w.import_session(copy, &events)).unwrap();
+    assert_eq!(filed(&store, copy), [asked(q, t, "call_0")]);
+}
+
+fn a_deleted_session_has_nothing_to_check(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let t = store.append(id, &user("q")).unwrap().seq;
+    store.append(id, &question(t, "call_0")).unwrap();
+    store.delete_session(id).unwrap();
+    assert!(store.questions_to_check().unwrap().is_empty());
+}
+
+/// Rows brain never writes, put underneath the store: a turn that is a string, an attempt
+/// that is not a whole number, a call id that is a number. The recovery must not pair them
+/// (the decoded log leaves such events out), so they are filed as unreadable.
+fn a_field_of_another_type_is_filed_as_unreadable(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let t = store.append(id, &user("q")).unwrap().seq;
+    let payloads = [
+        format!(r#"{{"turn":"{t}","attempt":1,"call_id":"c","name":"n","args":""}}"#),
+        format!(r#"{{"turn":{t},"attempt":1.5,"call_id":"c","name":"n","args":""}}"#),
+        format!(r#"{{"turn":{t},"attempt":1,"call_id":7,"name":"n","args":""}}"#),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        let seq = t + 1 + i as u64;
+        db.raw_execute(&if db.is_postgres() {
+            format!(
+                "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
+                 VALUES ('{id}', {seq}, 'permission_requested', '{payload}', now())"
+            )
+        } else {
+            format!(
+                "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+                 SELECT n, {seq}, {}, 'permission_requested', '{payload}',
+                        '2026-12-07T00:00:00.000000Z'
+                 FROM sessions WHERE id = '{id}'",
+                9_000_000_000_000_i64 + i as i64
+            )
+        });
+    }
+    let sides: Vec<QuestionSide> = filed(&store, id).iter().map(|k| k.side).collect();
+    assert_eq!(sides, [QuestionSide::Unreadable; 3]);
+}
