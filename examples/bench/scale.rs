@@ -141,8 +141,11 @@ pub fn run(a: &[String]) -> Res<()> {
     })?;
     println!("| LLM context build of that session | {t:.2} | ≤ 2 |");
     drop(store);
-    let t = start_to_listening(&a.out)?;
+    let (first, t) = start_to_listening(&a.out)?;
     println!("| start to listening (`brain serve`, median of 7) | {t:.1} | ≤ 100 |");
+    // The first start checks what was filed since the last one (all of history right
+    // after V16); the later ones find only what the earlier ones left.
+    println!("| of which the first start (`brain serve`) | {first:.1} | |");
     let bytes = file_bytes(&a.out)?;
     println!(
         "| bytes on disk per event ({:.0} MiB / {} events) | {:.0} | ≤ 400 |",
@@ -171,7 +174,8 @@ fn file_bytes(db: &Path) -> Res<u64> {
     Ok(std::fs::metadata(db)?.len() + std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len()))
 }
 
-fn start_to_listening(db: &Path) -> Res<f64> {
+/// The first start's time, and the median of 7 (the first among them).
+fn start_to_listening(db: &Path) -> Res<(f64, f64)> {
     let bin = examples_dir()?
         .parent()
         .ok_or("no target dir")?
@@ -195,7 +199,8 @@ fn start_to_listening(db: &Path) -> Res<f64> {
         starts.push(started.elapsed());
         drop(p);
     }
-    Ok(ms(median(&mut starts)))
+    let first = ms(starts[0]);
+    Ok((first, ms(median(&mut starts))))
 }
 
 /// Where the bytes go: `dbstat` per table and index, per event.
