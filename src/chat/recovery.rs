@@ -84,13 +84,10 @@ struct Filed {
 /// The sessions among `keys` (by session, then seq), each with what the recovery needs.
 fn sessions_filed(keys: &[(SessionId, QuestionKey)]) -> Vec<Filed> {
     keys.chunk_by(|a, b| a.0 == b.0)
-        .map(|session| {
-            let keys: Vec<QuestionKey> = session.iter().map(|(_, k)| k.clone()).collect();
-            Filed {
-                id: session[0].0,
-                through: keys.iter().map(|k| k.seq).max().unwrap_or(0),
-                open: any_open(&keys),
-            }
+        .map(|session| Filed {
+            id: session[0].0,
+            through: session.last().map_or(0, |(_, k)| k.seq),
+            open: any_open(session.iter().map(|(_, k)| k)),
         })
         .collect()
 }

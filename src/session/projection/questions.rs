@@ -53,7 +53,7 @@ impl<'a> Pairing<'a> {
 
 /// Whether a question among `keys` (one session's, in seq order) has no answer: what the
 /// recovery at startup asks of every session, from the keys the store files.
-pub fn any_open(keys: &[QuestionKey]) -> bool {
+pub fn any_open<'a>(keys: impl IntoIterator<Item = &'a QuestionKey>) -> bool {
     let mut pairing = Pairing::default();
     let mut asked = Vec::new();
     for k in keys {
