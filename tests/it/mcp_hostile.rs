@@ -318,3 +318,80 @@ fn sigkill_of_brain_leaves_no_child_of_an_mcp_server_running_past_the_next_start
     crate::support::wait_for("the new server", deadline, || stand.pids().len() == 2);
     assert!(alive(stand.pids()[1]));
 }
+
+/// The start time (clock ticks since boot) of process `pid`.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The last time heard of every group the brains on `db` recorded (`<db>.mcp-groups`).
+fn recorded_seen(db: &Path) -> Vec<u64> {
+    let mut dir = db.as_os_str().to_owned();
+    dir.push(".mcp-groups");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.split(' ').nth(2)?.parse().ok())
+                .collect::<Vec<u64>>()
+        })
+        .collect()
+}
+
+#[test]
+fn sigkill_of_brain_while_a_server_is_slow_to_start_ends_what_it_started_late() {
+    let mock = MockLlm::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = TempDb::new();
+    let (go, late_file) = (dir.path().join("go"), dir.path().join("late"));
+    // A wrapper still fetching its package (until `go`), then starting its real server in
+    // the background, never answering yet (as `npx` does on a cold cache).
+    let wrapper = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; \
+         sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > '{}'; exec sleep 1000",
+        go.display(),
+        late_file.display()
+    );
+    let server = json!({"command": "sh", "args": ["-c", wrapper]});
+    let config = dir.path().join("slow.json");
+    std::fs::write(&config, json!({"mcpServers": {"slow": server}}).to_string()).unwrap();
+    let mut b = serve(&db, &mock, &config, &[]);
+    let deadline = Duration::from_secs(30);
+    crate::support::wait_for("the server recorded", deadline, || {
+        !recorded_seen(&db.path()).is_empty()
+    });
+    std::fs::write(&go, "").unwrap();
+    let late = || -> Option<u32> {
+        std::fs::read_to_string(&late_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    crate::support::wait_for("its late start", deadline, || late().is_some());
+    let late = late().unwrap();
+    let started = start_ticks(late).unwrap();
+    // Brain, alive, vouches for the group while the server has not answered.
+    crate::support::wait_for("the record vouching for the late start", deadline, || {
+        recorded_seen(&db.path())
+            .iter()
+            .any(|&seen| seen >= started)
+    });
+
+    b.child.kill().unwrap(); // SIGKILL
+    b.child.wait().unwrap();
+    assert!(alive(late), "nothing could signal it at once");
+    let _again = serve(&db, &mock, &config, &[]);
+    crate::support::wait_for("the late start killed", deadline, || !alive(late));
+}

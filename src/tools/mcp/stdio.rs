@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde_json::{Value, json};
 
-use super::groups::Groups;
+use super::groups::{Groups, SEEN_EVERY};
 use super::jsonrpc::{self, Incoming};
 use super::{Link, LinkOptions, McpError};
 
@@ -255,6 +255,18 @@ impl StdioLink {
                         drop(stderr_open);
                     })
             });
+        // A server slow to start (npx fetching its package) may start its real server
+        // long after it was recorded: vouched for every second until it answers.
+        let spawned = spawned.and_then(|_| match opts.groups.clone() {
+            Some(groups) => {
+                let starting = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("mcp-{name}-start"))
+                    .spawn(move || vouch_while_starting(&starting, &groups))
+                    .map(drop)
+            }
+            None => Ok(()),
+        });
         if let Err(e) = spawned {
             kill_group(&mut child, opts.groups.as_deref());
             return Err(McpError::Spawn(format!("cannot start a thread: {e}")));
@@ -272,13 +284,23 @@ impl StdioLink {
     }
 }
 
-/// Kills the server's whole group (a wrapper's children go too), reaps the server, and
-/// forgets the group's record.
+/// While the server has not answered, tells `groups` every [`SEEN_EVERY`] that its group
+/// is still brain's ([`Groups::starting`]), until it answers or the connection ends.
+fn vouch_while_starting(shared: &Shared, groups: &Groups) {
+    let mut broken = shared.broken.lock();
+    while broken.is_none() && MutexGuard::unlocked(&mut broken, || groups.starting(shared.pid)) {
+        shared.ended.wait_for(&mut broken, SEEN_EVERY);
+    }
+}
+
+/// Kills the server's whole group (a wrapper's children go too), forgets the group's
+/// record, and reaps the server.
 fn kill_group(child: &mut Child, groups: Option<&Groups>) {
     #[cfg(unix)]
     {
         // Its pid is its group's id (`process_group(0)`), and it cannot be reused while
-        // the process is not reaped, which happens only below.
+        // the process is not reaped: `close` waits for it without reaping, and the reap
+        // comes last, so the signal never reaches a group that took the id since.
         let pgid = child.id() as libc::pid_t;
         // SAFETY: kill(2) with a negative pid signals that process group; no memory is
         // touched.
@@ -287,10 +309,37 @@ fn kill_group(child: &mut Child, groups: Option<&Groups>) {
         }
     }
     let _ = child.kill();
-    let _ = child.wait();
     if let Some(groups) = groups {
         groups.forget(child.id());
     }
+    let _ = child.wait();
+}
+
+/// Whether the server has exited, without reaping it (its pid stays taken until
+/// [`kill_group`] has signalled its group).
+#[cfg(target_os = "linux")]
+fn exited(child: &mut Child) -> bool {
+    let pid: libc::id_t = child.id();
+    // SAFETY: an all-zero siginfo_t is a valid value of the plain C struct.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid(2) writes only the siginfo_t it is given. With WNOHANG and nothing
+    // to report it leaves si_pid as zeroed above; WNOWAIT leaves the child unreaped.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid reads a field waitid filled (or left zero).
+    r != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// Elsewhere no group is recorded, and a reap before the kill is what there is.
+#[cfg(not(target_os = "linux"))]
+fn exited(child: &mut Child) -> bool {
+    !matches!(child.try_wait(), Ok(None))
 }
 
 impl Link for StdioLink {
@@ -338,7 +387,7 @@ impl Link for StdioLink {
         self.shared.fail("closed by brain".into());
         let until = Instant::now() + EXIT_GRACE;
         while Instant::now() < until {
-            if let Ok(Some(_)) = child.try_wait() {
+            if exited(&mut child) {
                 break;
             }
             std::thread::sleep(CANCEL_POLL);
@@ -508,6 +557,33 @@ mod tests {
             };
             out.push((String::from_utf8_lossy(&buf).into_owned(), kind));
         }
+    }
+
+    /// A server that left holds its pid (its group's id) until `kill_group` has signalled
+    /// the group: seen exited, it is not reaped, and the kill reaps it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_server_that_exits_keeps_its_groups_id_until_the_group_is_killed() {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("sh")
+            .args(["-c", "exit 3"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        let until = Instant::now() + Duration::from_secs(10);
+        while !exited(&mut child) {
+            assert!(Instant::now() < until, "never exited");
+            std::thread::sleep(CANCEL_POLL);
+        }
+        assert!(exited(&mut child), "still exited: not reaped by looking");
+        let text = std::fs::read_to_string(&stat).unwrap();
+        assert!(text.contains(") Z "), "a zombie holding its pid: {text}");
+        kill_group(&mut child, None);
+        assert!(
+            !std::path::Path::new(&stat).exists(),
+            "reaped after the kill"
+        );
     }
 
     #[test]
