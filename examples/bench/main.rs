@@ -31,6 +31,11 @@ mod store;
 mod store_pg;
 mod support;
 mod team;
+/// A fresh PostgreSQL database per run (the test suite's own file, of which the benchmarks
+/// take only part).
+#[allow(dead_code)]
+#[path = "../../src/session/store/pg/testdb.rs"]
+mod testdb;
 mod tools;
 mod transcript;
 mod turns;

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::testdb::{self, TestDb};
 use brain::session::events::UserMessage;
-use brain::session::store::pg::testdb::{self, TestDb};
 use brain::session::store::{ListQuery, SearchOrder, SearchQuery, Syntax};
 use brain::session::{Payload, SessionId, Store, StoreOptions, SyncMode};
 use brain::tokens::Estimator;

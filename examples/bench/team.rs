@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::support::{Proc, Res, examples_dir, mock, ms, spawn, words};
-use brain::session::store::pg::testdb::with_database;
+use crate::testdb::with_database;
 
 /// Sessions driven at once, and turns per session.
 const SESSIONS: usize = 64;

@@ -7,8 +7,6 @@ use crate::chat::engine::EngineError;
 use crate::session::StoreError;
 use crate::session::cursor::CursorError;
 use crate::session::projection::BadForkPoint;
-use crate::session::store::pg::detail;
-use crate::session::store::pg::retry::connection_lost;
 
 /// An answer that is an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,18 +82,15 @@ impl From<StoreError> for ApiError {
                     "the database took too long to answer; try again, or ask for less",
                 )
             }
-            // The database out of reach, or a connection lost with nothing known written
-            // (SPEC §16: a restart, a killed backend): try again, not a bug.
-            StoreError::Unavailable(why) => unavailable(&why),
-            StoreError::Pool(e) => unavailable(&e.to_string()),
-            StoreError::Connect { url, source } => {
-                unavailable(&format!("cannot connect to {url}: {}", detail(&source)))
-            }
-            StoreError::Postgres(e) if connection_lost(&e) => unavailable(&detail(&e)),
             why @ StoreError::Superseded { .. } => {
                 ApiError::new(409, "turn_in_flight", why.to_string())
             }
-            other => ApiError::internal(other),
+            // The database out of reach, or a connection lost with nothing known written
+            // (SPEC §16: a restart, a killed backend): try again, not a bug.
+            other => match other.out_of_reach() {
+                Some(why) => unavailable(&why),
+                None => ApiError::internal(other),
+            },
         }
     }
 }

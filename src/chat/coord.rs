@@ -1,15 +1,6 @@
-//! Coordination between servers sharing one database (SPEC §16), behind one small
-//! interface the engine holds without knowing the store's backend.
-//!
-//! - [`LocalCoordinator`] (SQLite, one server: the lock file of §12 guarantees it): claims
-//!   are free and nothing runs elsewhere; the engine's own registry is the whole truth.
-//! - [`PgCoordinator`] (PostgreSQL): a claim is an advisory lock on the session; stops and
-//!   permission answers travel by `NOTIFY` (see [`crate::session::store::pg::coord`]).
-//!
-//! A claim covers what I7 excludes: a running attempt (from before its user message is
-//! written until just before its `end` frame), a compaction by hand, and a delete. Other
-//! servers see only the claim, so on PostgreSQL a compaction by hand or a delete under way
-//! counts as a turn for `turn_active`, `/stop` and `/live` while it lasts.
+//! The engine's side of coordination between servers sharing one database (SPEC §16,
+//! the contract in [`crate::session::store::coord`]): claims, and `/stop`, `/live` and permission
+//! answers for attempts another server runs.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,9 +11,7 @@ use std::time::{Duration, Instant};
 use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
 use crate::session::events::{Event, Payload};
-pub use crate::session::store::pg::coord::Kept;
-pub use crate::session::store::pg::coord::Note;
-use crate::session::store::pg::coord::{PgCoordinator, SessionLock};
+pub use crate::session::store::coord::{Claim, Coordinator, Kept, LocalCoordinator, Note};
 use crate::session::store::{AttemptMark, Writer};
 use crate::session::{SessionId, Store, StoreError};
 
@@ -36,119 +25,6 @@ pub const STOP_RESEND_FOR: Duration = Duration::from_secs(30);
 /// to say what was decided, so an answer that lost a race is told so (409).
 pub const ANSWER_CONFIRM_FOR: Duration = Duration::from_secs(5);
 pub const ANSWER_CONFIRM_POLL: Duration = Duration::from_millis(50);
-
-/// A session claimed by this server; released when dropped.
-pub struct Claim {
-    held: Option<Box<dyn Held>>,
-}
-
-/// What a claim holds across servers.
-trait Held: Send {
-    /// Whether it still holds (taken again if it was lost and nobody holds it now).
-    fn keep(&mut self) -> Result<Kept, StoreError>;
-}
-
-impl Held for SessionLock {
-    fn keep(&mut self) -> Result<Kept, StoreError> {
-        SessionLock::keep(self)
-    }
-}
-
-impl Claim {
-    /// A claim that holds nothing (one server: the engine's registry excludes the rest).
-    pub fn local() -> Claim {
-        Claim { held: None }
-    }
-
-    /// Whether the session is still this server's. [`Kept::Lost`] when another server
-    /// holds it after this claim's connection broke, or when that cannot be told (the
-    /// database out of reach): I7 comes first. Logged, since the attempt ends for it.
-    /// [`Kept::TakenAgain`] is only as good as the caller's check that nobody wrote meanwhile.
-    pub fn keep(&mut self, id: SessionId) -> Kept {
-        let Some(held) = self.held.as_mut() else {
-            return Kept::Held;
-        };
-        match held.keep() {
-            Ok(Kept::Lost) => {
-                log::warn!("{id}: another server took the session (this one's lock was lost)");
-                Kept::Lost
-            }
-            Ok(kept) => kept,
-            Err(e) => {
-                log::warn!("{id}: lost the session's lock and cannot take it again: {e}");
-                Kept::Lost
-            }
-        }
-    }
-}
-
-/// What the engine asks of the other servers.
-pub trait Coordinator: Send + Sync {
-    /// Whether attempts may run on other servers (else the engine never asks below).
-    fn shared(&self) -> bool;
-
-    /// Claims the session across servers: `None` when another holder has it (a running
-    /// attempt, a compaction or a delete, on any server).
-    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError>;
-
-    /// Which of `ids` are claimed now, by any server.
-    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError>;
-
-    /// Tells every server; the one running the note's session acts on it.
-    fn notify(&self, note: &Note) -> Result<(), StoreError>;
-
-    /// Delivers the notes of every server to `on_note`, from now on.
-    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()>;
-}
-
-/// One server alone on its database.
-pub struct LocalCoordinator;
-
-impl Coordinator for LocalCoordinator {
-    fn shared(&self) -> bool {
-        false
-    }
-
-    fn claim(&self, _: SessionId) -> Result<Option<Claim>, StoreError> {
-        Ok(Some(Claim::local()))
-    }
-
-    fn claimed(&self, _: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
-        Ok(HashSet::new())
-    }
-
-    fn notify(&self, _: &Note) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn listen(&self, _: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Coordinator for PgCoordinator {
-    fn shared(&self) -> bool {
-        true
-    }
-
-    fn claim(&self, id: SessionId) -> Result<Option<Claim>, StoreError> {
-        Ok(self.try_lock(id)?.map(|l: SessionLock| Claim {
-            held: Some(Box::new(l)),
-        }))
-    }
-
-    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>, StoreError> {
-        self.locked(ids)
-    }
-
-    fn notify(&self, note: &Note) -> Result<(), StoreError> {
-        PgCoordinator::notify(self, note)
-    }
-
-    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
-        PgCoordinator::listen(self, on_note)
-    }
-}
 
 impl Engine {
     /// Claims the session for an attempt, a compaction or a delete: `turn_in_flight` when

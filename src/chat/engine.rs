@@ -190,8 +190,8 @@ impl Engine {
         Engine::coordinated(store, provider, settings, tools, Arc::new(LocalCoordinator))
     }
 
-    /// An engine sharing its database with other servers through `coord` (SPEC §16; a
-    /// [`crate::session::store::pg::coord::PgCoordinator`] on PostgreSQL).
+    /// An engine sharing its database with other servers through `coord` (SPEC §16; as
+    /// [`crate::session::store::coordinator`] opens it for what `--db` names).
     pub fn coordinated(
         store: Arc<Store>,
         provider: Arc<Provider>,

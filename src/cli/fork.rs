@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use crate::chat::follow::Follow;
-use crate::session::store::is_postgres_url;
 use crate::session::{SessionId, SessionRow, Store};
 
 /// How long a fork through the server may take (it copies in one transaction).
@@ -26,11 +25,12 @@ pub fn in_process(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let (mut active, mut upto) = (None, u64::MAX);
-    if is_postgres_url(&db.to_string_lossy()) {
+    let coord = super::coordinator(db)?;
+    if coord.shared() {
         // How far the log reached before the look, so an attempt starting after it
         // writes past what is copied.
         upto = store.last_seq(id)?;
-        if super::coordinator(db)?.claimed(&[id])?.contains(&id) {
+        if coord.claimed(&[id])?.contains(&id) {
             let events = store.events_for_context(id)?;
             active = Some(Follow::new(id, &events).running());
         }

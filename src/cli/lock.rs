@@ -99,7 +99,9 @@ impl DbLock {
     /// Takes the lock of the database at `db` for `command` (`serve`, `chat`…), or says
     /// who holds it. Never waits.
     pub fn acquire(db: &Path, command: &str) -> Result<DbLock, LockError> {
-        if crate::session::store::is_postgres_url(&db.to_string_lossy()) {
+        // A database server has no file to lock beside it (and one opened with a
+        // name that is neither was refused before).
+        if !matches!(crate::session::store::db_file(db), Ok(Some(_))) {
             return Ok(DbLock {
                 file: None,
                 _database: None,

@@ -24,10 +24,10 @@ use clap::Parser;
 
 pub use args::*;
 
-use crate::chat::coord::{Coordinator, LocalCoordinator};
 use crate::config;
 use crate::session::events::BadSessionId;
-use crate::session::store::{DbTarget, OlderSchema, PgStore, is_postgres_url, schema};
+use crate::session::store::coord::Coordinator;
+use crate::session::store::{self, OlderSchema, schema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// Why a command failed.
@@ -160,28 +160,20 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
 /// The database path from `--db`/`BRAIN_DB` or the default.
 fn db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match db {
-        // Before any lock file or directory is made from it (it may hold a password).
-        Some(p) => match DbTarget::of(&p) {
-            DbTarget::KeyValue => {
-                Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into())
-            }
-            DbTarget::BadUrl => {
-                Err(StoreError::Refused(crate::session::store::BAD_URL_REFUSED).into())
-            }
-            DbTarget::Sqlite(_) | DbTarget::Postgres(_) => Ok(p),
-        },
+        // Refused before any lock file or directory is made from it (it may hold a password).
+        Some(p) => {
+            store::target(&p)?;
+            Ok(p)
+        }
         None => config::default_db_path().ok_or(CliError::NoDataDir),
     }
 }
 
-/// The database path from `--db`/`BRAIN_DB` or the default, its directory created (a
-/// PostgreSQL URL is returned as it is).
+/// The database path from `--db`/`BRAIN_DB` or the default, a file's directory created.
 pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let path = db_path(db)?;
-    if is_postgres_url(&path.to_string_lossy()) {
-        return Ok(path);
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let dir = store::db_file(&path)?.and_then(|f| f.parent());
+    if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
             path: dir.to_owned(),
             source,
@@ -190,20 +182,9 @@ pub fn resolve_db_path(db: Option<PathBuf>) -> Result<PathBuf, CliError> {
     Ok(path)
 }
 
-/// How this process shares the database `db` names with servers: through PostgreSQL on a
-/// URL (SPEC §16: claims, `/stop` and answers across servers), else alone (the lock file
-/// of §12 keeps every other writer out).
+/// How this process shares the database `db` names with other servers.
 fn coordinator(db: &std::path::Path) -> Result<Arc<dyn Coordinator>, CliError> {
-    Ok(match DbTarget::of(db) {
-        DbTarget::Postgres(url) => Arc::new(PgStore::coordinator(url)?),
-        DbTarget::Sqlite(_) => Arc::new(LocalCoordinator),
-        DbTarget::KeyValue => {
-            return Err(StoreError::Refused(crate::session::store::KEY_VALUE_REFUSED).into());
-        }
-        DbTarget::BadUrl => {
-            return Err(StoreError::Refused(crate::session::store::BAD_URL_REFUSED).into());
-        }
-    })
+    Ok(store::coordinator(db)?)
 }
 
 fn open_store(db: Option<PathBuf>, sync: SyncMode) -> Result<Store, CliError> {
@@ -241,28 +222,15 @@ fn backup(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let db = db_path(db)?;
-    if is_postgres_url(&db.to_string_lossy()) {
-        return Err(StoreError::Refused(
-            "brain backup copies a SQLite file; back up PostgreSQL with pg_dump \
-             (for example `pg_dump --format=custom --file=brain.dump URL`)",
-        )
-        .into());
+    // Refused before connecting: a database server has no file to copy.
+    if store::db_file(&db)?.is_none() {
+        return Err(StoreError::Refused(store::SERVER_BACKUP_REFUSED).into());
     }
     // A copy needs no particular schema: an older one is copied as it is (a backup before
-    // `brain migrate` is the careful order); a newer one is refused like everywhere.
+    // `brain migrate` is the careful order); a newer one is refused like everywhere. The
+    // store checks the copy whole before it answers.
     let store = open_read_only(&db, sync, OlderSchema::Accept)?;
     store.backup_to(path)?;
-    // The copy must open and be whole before we say it is a backup.
-    let copy = rusqlite::Connection::open(path).map_err(StoreError::from)?;
-    let check: String = copy
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .map_err(StoreError::from)?;
-    if check != "ok" {
-        return Err(CliError::Serve(format!(
-            "the backup at {} failed its integrity check: {check}",
-            path.display()
-        )));
-    }
     writeln!(
         out,
         "backup of {} written to {} (integrity ok)",

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::{CliError, ToolsArgs, ToolsCommand, db_path, open_read_only};
 use crate::session::SyncMode;
-use crate::session::store::DbTarget;
 use crate::session::store::OlderSchema;
 use crate::tools::mcp::LinkOptions;
 use crate::tools::mcp::groups::Groups;
@@ -58,16 +57,15 @@ impl ToolsArgs {
 /// Where the process groups of the stdio MCP servers of a brain on `db` are recorded: beside a
 /// SQLite database (named after it, as its lock is), in the data directory for PostgreSQL.
 fn groups_dir(db: &Path) -> Option<PathBuf> {
-    match DbTarget::of(db) {
-        DbTarget::Sqlite(path) => {
+    match crate::session::store::db_file(db).ok()? {
+        Some(path) => {
             let mut name = path.as_os_str().to_owned();
             name.push(".mcp-groups");
             Some(PathBuf::from(name))
         }
-        DbTarget::Postgres(_) => crate::config::default_db_path()?
+        None => crate::config::default_db_path()?
             .parent()
             .map(|d| d.join("mcp-groups")),
-        DbTarget::KeyValue | DbTarget::BadUrl => None,
     }
 }
 

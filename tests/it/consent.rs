@@ -267,7 +267,7 @@ fn sigkill_while_a_question_waits_leaves_it_denied_by_restart_at_the_next_start(
 #[test]
 fn in_a_team_a_start_closes_only_questions_no_server_runs_and_a_race_across_servers_has_one_winner()
 {
-    let Some(pg) = brain::session::store::pg::testdb::fresh("consent_team_questions") else {
+    let Some(pg) = crate::testdb::fresh("consent_team_questions") else {
         return;
     };
     let mock = MockLlm::start(&[]);

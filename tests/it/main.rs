@@ -41,6 +41,9 @@ mod team_e2e;
 mod team_move;
 mod team_race;
 mod terminal;
+/// A fresh PostgreSQL database per test (the library's own tests use the same file).
+#[path = "../../src/session/store/pg/testdb.rs"]
+mod testdb;
 mod tools_chat;
 mod tools_faults;
 mod tools_loop;

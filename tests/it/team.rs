@@ -9,12 +9,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::testdb::{self, TestDb};
 use brain::chat::consent::Answer;
 use brain::chat::engine::{Engine, EngineError, EngineSettings};
 use brain::chat::frames::{EndStatus, Frame, Next, Subscription};
 use brain::provider::{Provider, ProviderConfig};
 use brain::session::store::pg::coord::{PgCoordinator, lock_key};
-use brain::session::store::pg::testdb::{self, TestDb};
 use brain::session::{SessionId, Store};
 use brain::tools::Tools;
 use serde_json::json;

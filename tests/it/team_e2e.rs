@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use brain::session::store::pg::testdb::{self, TestDb};
+use crate::testdb::{self, TestDb};
 use serde_json::{Value, json};
 
 use crate::server::{Brain, agent, call, new_session, read_frames, slow_answer, stream, wait_for};

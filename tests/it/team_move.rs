@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
-use brain::session::store::pg::testdb;
+use crate::testdb;
 use brain::session::{Decoded, Event, Payload, SessionId, Store};
 use serde_json::Value;
 

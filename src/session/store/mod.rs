@@ -11,6 +11,7 @@
 //!
 //! **Architecture invariant:** this is the only module that issues SQL.
 
+pub mod coord;
 mod copy;
 mod key;
 mod lane;
@@ -37,8 +38,9 @@ pub use list::{ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, Sess
 pub use maintenance::Checkpoints;
 pub use pg::PgStore;
 pub use seam::{
-    AttemptMark, BAD_URL_REFUSED, Backend, DbTarget, KEY_VALUE_REFUSED, Rerun, Store, WriteTxn,
-    Writer, is_key_value_conninfo, is_postgres_url,
+    AttemptMark, BAD_URL_REFUSED, Backend, DbTarget, KEY_VALUE_REFUSED, Rerun,
+    SERVER_BACKUP_REFUSED, Store, WriteTxn, Writer, coordinator, db_file, is_key_value_conninfo,
+    is_postgres_url, target,
 };
 pub use write::SqliteWriter;
 
@@ -116,6 +118,8 @@ pub enum StoreError {
     Pool(#[from] r2d2::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] refinery::Error),
+    #[error("the backup at {} failed its integrity check: {check}", .path.display())]
+    BackupUnsound { path: PathBuf, check: String },
     #[error("the database holds data this brain cannot read: {0}")]
     Corrupt(String),
     /// An edit of a message that cannot be edited (SPEC §14).
@@ -124,6 +128,23 @@ pub enum StoreError {
     /// A fork at a seq it cannot be made at (SPEC §14).
     #[error("cannot fork there: {0}")]
     BadForkPoint(#[from] crate::session::projection::BadForkPoint),
+}
+
+impl StoreError {
+    /// Why the database is out of reach with nothing known written (it is down, a
+    /// connection was lost before the commit), when that is what this error says: the
+    /// caller may try again; it is not a bug.
+    pub fn out_of_reach(&self) -> Option<String> {
+        match self {
+            StoreError::Unavailable(why) => Some(why.clone()),
+            StoreError::Pool(e) => Some(e.to_string()),
+            StoreError::Connect { url, source } => {
+                Some(format!("cannot connect to {url}: {}", pg::detail(source)))
+            }
+            StoreError::Postgres(e) if pg::retry::connection_lost(e) => Some(pg::detail(e)),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -291,7 +312,16 @@ impl SqliteStore {
         // smaller pages gets the compact layout (restore the backup in its place).
         conn.pragma_update(None, "page_size", schema::PAGE_SIZE_BYTES)?;
         let target = target.to_string_lossy().into_owned();
-        conn.execute("VACUUM INTO ?1", [target])?;
+        conn.execute("VACUUM INTO ?1", [&target])?;
+        // The copy must open and be whole before it is called a backup.
+        let copy = Connection::open(&target)?;
+        let check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(StoreError::BackupUnsound {
+                path: target.into(),
+                check,
+            });
+        }
         Ok(())
     }
 

@@ -12,6 +12,9 @@
 //! before.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use super::coord::{Coordinator, LocalCoordinator};
 
 use super::ledger::{LedgerEntry, UsageReport};
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
@@ -49,6 +52,40 @@ impl<'a> DbTarget<'a> {
         }
     }
 }
+
+/// What `--db` names, or the refusal of what it cannot name (a key=value string, a
+/// mistyped URL: never echoed, it may hold a password).
+pub fn target(db: &Path) -> Result<DbTarget<'_>> {
+    match DbTarget::of(db) {
+        DbTarget::KeyValue => Err(StoreError::Refused(KEY_VALUE_REFUSED)),
+        DbTarget::BadUrl => Err(StoreError::Refused(BAD_URL_REFUSED)),
+        named => Ok(named),
+    }
+}
+
+/// The file `db` names on this machine (SQLite): where its lock file and its MCP servers'
+/// records lie beside it. `None` for a database server, which has nothing beside it here.
+pub fn db_file(db: &Path) -> Result<Option<&Path>> {
+    Ok(match target(db)? {
+        DbTarget::Sqlite(path) => Some(path),
+        _ => None,
+    })
+}
+
+/// How this process shares the database `db` names with other servers: through
+/// PostgreSQL on a URL (SPEC §16: claims, `/stop` and answers across servers), else alone
+/// (the lock file of §12 keeps every other writer out). The one place that decides, so
+/// the engine and the commands never look at what `--db` names.
+pub fn coordinator(db: &Path) -> Result<Arc<dyn Coordinator>> {
+    Ok(match target(db)? {
+        DbTarget::Postgres(url) => Arc::new(PgStore::coordinator(url)?),
+        _ => Arc::new(LocalCoordinator),
+    })
+}
+
+/// The refusal of `brain backup` on a database server.
+pub const SERVER_BACKUP_REFUSED: &str = "brain backup copies a SQLite file; back up PostgreSQL \
+     with pg_dump (for example `pg_dump --format=custom --file=brain.dump URL`)";
 
 /// The refusal of a libpq `key=value` string as `--db` (it never repeats the string: it
 /// may hold a password).

@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::testdb::{self, TestDb};
 use brain::clock::Clock;
-use brain::session::store::pg::testdb::{self, TestDb};
 use brain::session::{Event, SessionId, SessionRow, Store, StoreOptions, SyncMode};
 
 /// Instantiates the listed test functions of the calling module for both stores.

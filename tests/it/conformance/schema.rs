@@ -94,10 +94,8 @@ fn postgres_names_a_missing_database_in_its_error() {
     let Some(db) = Db::postgres("postgres_names_a_missing_database_in_its_error") else {
         return;
     };
-    let url = brain::session::store::pg::testdb::with_database(
-        &db.target().to_string_lossy(),
-        "brain_t_no_such_database",
-    );
+    let url =
+        crate::testdb::with_database(&db.target().to_string_lossy(), "brain_t_no_such_database");
     let e = Store::open(std::path::Path::new(&url), options(Clock::system()))
         .err()
         .expect("no such database");

@@ -36,6 +36,8 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 
 use crate::session::events::SessionId;
+use crate::session::store::coord::{Claim, Coordinator, Held};
+pub use crate::session::store::coord::{Kept, Note};
 use crate::session::store::{Result, StoreError};
 
 /// The channel `/stop` requests travel on; the payload is a [`Note::Stop`] as JSON.
@@ -50,29 +52,6 @@ pub const LISTEN_WAIT: Duration = Duration::from_millis(500);
 /// The listener's first and longest wait before reconnecting.
 pub const RECONNECT_MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-/// What one server asks of the one running a session's attempt.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Note {
-    /// Stop the attempt (`/stop`); only that one: a late note leaves a newer one alone.
-    Stop {
-        session: SessionId,
-        turn: u64,
-        attempt: u32,
-    },
-    /// The user's answer to the call the attempt waits on (`POST …/permissions/{call_id}`).
-    Answer {
-        session: SessionId,
-        call_id: String,
-        allow: bool,
-        remember: bool,
-        /// Names this answer: the deciding server writes it into `permission_resolved`,
-        /// so the sender can tell whether its answer was the first. Absent from older
-        /// servers' notes.
-        #[serde(default)]
-        answer_id: Option<String>,
-    },
-}
 
 /// Opens one connection to the database.
 pub type Connector = Arc<dyn Fn() -> std::result::Result<Client, postgres::Error> + Send + Sync>;
@@ -312,18 +291,6 @@ fn note(channel: &str, payload: &str) -> Option<Note> {
     }
 }
 
-/// What [`SessionLock::keep`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kept {
-    /// Held all along (its connection answers).
-    Held,
-    /// Its connection broke and it was taken again: someone may have held it meanwhile,
-    /// so the holder checks nobody wrote to the session since its own last write.
-    TakenAgain,
-    /// Another connection holds it now.
-    Lost,
-}
-
 /// A held session lock; released when dropped (the attempt, compaction or delete ended).
 pub struct SessionLock {
     shared: Arc<Shared>,
@@ -376,6 +343,36 @@ impl Drop for SessionLock {
             Ok(_) => log::warn!("a session lock was already gone when released"),
             Err(e) => log::warn!("a session lock's connection broke (the lock went with it): {e}"),
         }
+    }
+}
+
+impl Coordinator for PgCoordinator {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn claim(&self, id: SessionId) -> Result<Option<Claim>> {
+        Ok(self
+            .try_lock(id)?
+            .map(|l: SessionLock| Claim::holding(Box::new(l))))
+    }
+
+    fn claimed(&self, ids: &[SessionId]) -> Result<HashSet<SessionId>> {
+        self.locked(ids)
+    }
+
+    fn notify(&self, note: &Note) -> Result<()> {
+        PgCoordinator::notify(self, note)
+    }
+
+    fn listen(&self, on_note: Box<dyn Fn(Note) + Send + Sync>) -> std::io::Result<()> {
+        PgCoordinator::listen(self, on_note)
+    }
+}
+
+impl Held for SessionLock {
+    fn keep(&mut self) -> Result<Kept> {
+        SessionLock::keep(self)
     }
 }
 

@@ -27,6 +27,7 @@ pub mod retry;
 mod retry_tests;
 pub mod rows;
 pub mod snippet;
+#[cfg(test)]
 pub mod testdb;
 mod tree;
 pub mod write;
@@ -269,10 +270,7 @@ impl Backend for PgStore {
         self.read(|c| ledger::usage(c, session))
     }
     fn backup_to(&self, _target: &Path) -> Result<()> {
-        Err(StoreError::Refused(
-            "brain backup copies a SQLite file; back up PostgreSQL with pg_dump \
-             (for example `pg_dump --format=custom --file=brain.dump URL`)",
-        ))
+        Err(StoreError::Refused(super::SERVER_BACKUP_REFUSED))
     }
     fn path(&self) -> &Path {
         &self.shown
