@@ -1,9 +1,9 @@
--- Why: as migrations/sqlite V16: each question and answer files the keys it is paired by
--- here (a trigger, so every write path does), and the restart recovery reads this table and
--- removes what it has checked, instead of reading every question and answer of every
--- session at each start. A turn or attempt that is no number is kept as '?' and a call id
--- that is no string as NULL, which src/session/store/pg/read.rs reads as an event that
--- would not decode, as SQLite's typed values are read.
+-- Why: as migrations/sqlite V16: each question and answer is filed here (a trigger, so
+-- every write path files it), and the restart recovery reads the events this table points
+-- at and removes what it has checked, instead of reading every question and answer of every
+-- session at each start. The key columns say what was filed, for a person looking; the
+-- recovery takes each key from the decoded event (src/session/store/pg/read.rs), as SQL and
+-- serde read JSON by different rules (a NUL, an object where a string belongs).
 CREATE TABLE questions_to_check (
     session_id  uuid NOT NULL,
     seq         bigint NOT NULL,
@@ -60,17 +60,24 @@ BEGIN
 END;
 $$;
 
--- What an earlier brain left (a kill may have left questions open): all of it, once.
-INSERT INTO questions_to_check (session_id, seq, kind, call_id, turn, attempt)
-    SELECT session_id, seq, kind, brain_question_key(p, 'call_id', 'string', NULL),
-           brain_question_key(p, 'turn', 'number', '?'),
-           brain_question_key(p, 'attempt', 'number', '?')
-    FROM (SELECT session_id, seq, kind, brain_nul_free(payload) AS p FROM session_events
-          WHERE kind IN ('permission_requested', 'permission_resolved')) AS e;
-
 CREATE TRIGGER questions_to_check_insert AFTER INSERT ON session_events
     FOR EACH ROW WHEN (NEW.kind IN ('permission_requested', 'permission_resolved'))
     EXECUTE FUNCTION questions_to_check_insert();
 CREATE TRIGGER questions_to_check_delete AFTER DELETE ON session_events
     FOR EACH ROW WHEN (OLD.kind IN ('permission_requested', 'permission_resolved'))
     EXECUTE FUNCTION questions_to_check_delete();
+
+-- What an earlier brain left (a kill may have left questions open): all of it, once, after
+-- the triggers exist. CREATE TRIGGER locks session_events against writes until this
+-- migration commits, so a question an older server writes meanwhile is either committed
+-- before the lock (and copied here) or waits and is filed by the trigger: none falls in
+-- between (a rolling upgrade in a team). Those writes wait for the copy (about half a
+-- second at 10M events). Were the migration not one transaction, a row the trigger filed
+-- before the copy would be copied again: skipped.
+INSERT INTO questions_to_check (session_id, seq, kind, call_id, turn, attempt)
+    SELECT session_id, seq, kind, brain_question_key(p, 'call_id', 'string', NULL),
+           brain_question_key(p, 'turn', 'number', '?'),
+           brain_question_key(p, 'attempt', 'number', '?')
+    FROM (SELECT session_id, seq, kind, brain_nul_free(payload) AS p FROM session_events
+          WHERE kind IN ('permission_requested', 'permission_resolved')) AS e
+    ON CONFLICT DO NOTHING;

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use brain::session::store::schema;
 use brain::session::{Store, StoreError, StoreOptions};
@@ -270,4 +271,71 @@ fn read_only_commands_on_a_missing_database_do_not_create_it() {
     let out = brain_at(&db, &["sessions", "list"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!db.exists());
+}
+
+/// A rolling upgrade in a team: a question an older server writes while this one migrates
+/// to V16 is filed for the restart recovery, committed before the migration takes its lock
+/// or after (the triggers come before the back-fill, which copies under their lock).
+#[test]
+fn a_question_an_older_server_writes_during_the_v16_migration_is_filed() {
+    let Some(pg) = crate::testdb::fresh("a_question_written_during_the_v16_migration") else {
+        return;
+    };
+    let db = Path::new(&pg.url).to_owned();
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    let id = store.create_session(None, "s".into()).unwrap().id;
+    let turn = store.append(id, &crate::support::user("q")).unwrap().seq;
+    drop(store);
+    let connect = || postgres::Client::connect(&pg.url, postgres::NoTls).unwrap();
+    // Back to V15, as an older server left it.
+    connect()
+        .batch_execute(
+            "DROP TRIGGER questions_to_check_insert ON session_events;
+             DROP TRIGGER questions_to_check_delete ON session_events;
+             DROP TABLE questions_to_check;
+             DROP FUNCTION questions_to_check_insert(); DROP FUNCTION questions_to_check_delete();
+             DROP FUNCTION brain_question_key(json, text, text, text);
+             DROP FUNCTION brain_nul_free(json);
+             DELETE FROM refinery_schema_history WHERE version = 16;",
+        )
+        .unwrap();
+    // The older server's question, in a transaction still open when the migration starts.
+    let mut older = connect();
+    let mut tx = older.transaction().unwrap();
+    let payload = format!(
+        r#"{{"turn":{turn},"attempt":1,"call_id":"call_0","name":"fs__write","args":"{{}}"}}"#
+    );
+    tx.batch_execute(&format!(
+        "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
+         VALUES ('{id}', {}, 'permission_requested', '{payload}', now())",
+        turn + 1
+    ))
+    .unwrap();
+    let migrating = {
+        let db = db.clone();
+        std::thread::spawn(move || Store::open(&db, StoreOptions::default()).map(drop))
+    };
+    // Until the migration waits on the open transaction's lock; then it commits.
+    let mut look = connect();
+    crate::support::wait_for("the migration waiting", Duration::from_secs(30), || {
+        look.query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+            > 0
+    });
+    tx.commit().unwrap();
+    migrating.join().unwrap().unwrap();
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    let filed: Vec<u64> = store
+        .questions_to_check()
+        .unwrap()
+        .into_iter()
+        .filter(|(s, _)| *s == id)
+        .map(|(_, k)| k.seq)
+        .collect();
+    assert_eq!(filed, [turn + 1], "the older server's question is filed");
 }

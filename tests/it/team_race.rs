@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use brain::chat::frames::{EndStatus, Frame};
 use brain::session::Store;
-use brain::session::events::{Event, QuestionKey, SessionId};
+use brain::session::events::{Event, SessionId};
 use brain::session::projection::page::Page;
 use brain::session::store::ledger::UsageReport;
 use brain::session::store::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
@@ -64,8 +64,8 @@ impl Backend for Hooked {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         self.log.permission_events(id, call_id)
     }
-    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        self.log.questions_to_check()
+    fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.log.questions_filed()
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.log.session_ids()

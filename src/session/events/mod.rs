@@ -20,9 +20,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use tools::{
-    CUT_MARKER, KeyField, MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, PermissionRequested,
-    PermissionResolved, QuestionKey, QuestionSide, ResultDigest, ToolExecution, cut_bytes,
-    resolved_by, status,
+    CUT_MARKER, MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, PermissionRequested, PermissionResolved,
+    QuestionKey, QuestionSide, ResultDigest, ToolExecution, cut_bytes, resolved_by, status,
 };
 pub use tree::{ForkedFrom, ImportedFrom, Rewind};
 

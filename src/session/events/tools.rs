@@ -126,53 +126,31 @@ pub enum QuestionSide {
     Unreadable,
 }
 
-/// A key field as a store files it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyField {
-    Absent,
-    Number(u64),
-    /// Anything else: its event would not decode.
-    Other,
-}
-
 impl QuestionKey {
-    /// The key of the event at `seq` from its kind and filed fields.
-    pub fn read(
-        seq: u64,
-        kind: &str,
-        call_id: Option<String>,
-        turn: KeyField,
-        attempt: KeyField,
-    ) -> QuestionKey {
-        let side = QuestionKey::side(kind, call_id.is_some(), turn, attempt);
+    /// The key of a filed event, from its decoded payload: an event that would not decode
+    /// as its kind is [`QuestionSide::Unreadable`], as the decoded log leaves it out.
+    pub fn of(e: &super::Event) -> QuestionKey {
+        let (call_id, side) = match e.decode() {
+            super::Decoded::Known(super::Payload::PermissionRequested(q)) => (
+                q.call_id,
+                QuestionSide::Asked {
+                    turn: q.turn,
+                    attempt: q.attempt,
+                },
+            ),
+            super::Decoded::Known(super::Payload::PermissionResolved(r)) => (
+                r.call_id,
+                QuestionSide::Answered {
+                    turn: r.turn,
+                    attempt: r.attempt,
+                },
+            ),
+            _ => (String::new(), QuestionSide::Unreadable),
+        };
         QuestionKey {
-            seq,
-            call_id: call_id.unwrap_or_default(),
-            side: side.unwrap_or(QuestionSide::Unreadable),
-        }
-    }
-
-    fn side(kind: &str, has_call: bool, turn: KeyField, attempt: KeyField) -> Option<QuestionSide> {
-        let attempt = match attempt {
-            KeyField::Absent => None,
-            KeyField::Number(n) => Some(u32::try_from(n).ok()?),
-            KeyField::Other => return None,
-        };
-        let turn = match turn {
-            KeyField::Absent => None,
-            KeyField::Number(n) => Some(n),
-            KeyField::Other => return None,
-        };
-        if !has_call {
-            return None;
-        }
-        match kind {
-            super::kind::PERMISSION_REQUESTED => Some(QuestionSide::Asked {
-                turn: turn?,
-                attempt: attempt?,
-            }),
-            super::kind::PERMISSION_RESOLVED => Some(QuestionSide::Answered { turn, attempt }),
-            _ => None,
+            seq: e.seq,
+            call_id,
+            side,
         }
     }
 }
@@ -209,40 +187,54 @@ mod tests {
         assert!(cut.starts_with("é"));
     }
 
-    /// A key is readable only where the event would decode as its kind: a question
-    /// without its turn or attempt, or a field of the wrong type, is left out of the
-    /// pairing as the decoded pairing leaves its event out.
+    /// A key is readable only where the event decodes as its kind: a question without
+    /// its turn or attempt, or a field of the wrong type, is left out of the pairing as the
+    /// decoded pairing leaves its event out.
     #[test]
-    fn a_key_is_readable_only_where_the_event_would_decode() {
-        use KeyField::{Absent, Number, Other};
+    fn a_key_is_readable_only_where_the_event_decodes() {
         let (asked, answered) = ("permission_requested", "permission_resolved");
-        let call = || Some("call_0".to_owned());
-        let side = |kind, call_id, turn, attempt| {
-            let key = QuestionKey::read(4, kind, call_id, turn, attempt);
+        let side = |kind: &str, fields: &str| {
+            let event = super::super::Event {
+                seq: 4,
+                kind: kind.into(),
+                payload: format!("{{{fields}}}"),
+                created_at: "2026-12-07T00:00:00.000000Z".into(),
+            };
+            let key = QuestionKey::of(&event);
             assert_eq!(key.seq, 4);
             key.side
         };
+        let q = r#""call_id":"c","name":"n","args":"""#;
         assert_eq!(
-            side(asked, call(), Number(2), Number(1)),
+            side(asked, &format!(r#""turn":2,"attempt":1,{q}"#)),
             QuestionSide::Asked {
                 turn: 2,
                 attempt: 1
             }
         );
+        let a = r#""call_id":"c","decision":"deny","by":"user""#;
         assert_eq!(
-            side(answered, call(), Absent, Absent),
+            side(answered, a),
             QuestionSide::Answered {
                 turn: None,
                 attempt: None
             }
         );
         let unreadable = QuestionSide::Unreadable;
-        assert_eq!(side(asked, call(), Absent, Number(1)), unreadable);
-        assert_eq!(side(asked, call(), Number(2), Other), unreadable);
-        assert_eq!(side(asked, None, Number(2), Number(1)), unreadable);
-        assert_eq!(side(answered, call(), Other, Absent), unreadable);
-        let too_big = Number(u64::from(u32::MAX) + 1);
-        assert_eq!(side(answered, call(), Number(2), too_big), unreadable);
-        assert_eq!(side("user_message", call(), Absent, Absent), unreadable);
+        assert_eq!(side(asked, &format!(r#""attempt":1,{q}"#)), unreadable);
+        assert_eq!(
+            side(asked, &format!(r#""turn":2,"attempt":"1",{q}"#)),
+            unreadable
+        );
+        let no_call = r#""turn":2,"attempt":1,"name":"n","args":"""#;
+        assert_eq!(side(asked, no_call), unreadable);
+        assert_eq!(side(answered, &format!(r#""turn":"2",{a}"#)), unreadable);
+        let too_big = u64::from(u32::MAX) + 1;
+        assert_eq!(
+            side(answered, &format!(r#""attempt":{too_big},{a}"#)),
+            unreadable
+        );
+        assert_eq!(side(answered, r#""call_id":"c","by":"user""#), unreadable);
+        assert_eq!(side("user_message", r#""text":"hi""#), unreadable);
     }
 }

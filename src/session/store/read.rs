@@ -1,11 +1,10 @@
 //! The read side: reader connections from the pool, each read in one transaction so it
 //! sees one snapshot of the log.
 
-use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, SessionRow, SqliteStore, StoreError};
-use crate::session::events::{Event, KeyField, QuestionKey, SessionId, kind};
+use crate::session::events::{Event, SessionId, kind};
 use crate::session::projection::page::{Page, PageSource, transcript_page};
 use crate::session::projection::{visible, visible_compaction_boundary};
 
@@ -122,32 +121,28 @@ impl SqliteStore {
         permission_events(&conn, &id.to_string(), call_id)
     }
 
-    /// The keys of the questions and answers filed since the restart recovery last
+    /// The questions and answers filed since the restart recovery last
     /// checked them (V16's `questions_to_check`), in every live session, in no order.
-    pub fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
+    pub fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
         let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(QUESTIONS_TO_CHECK)?;
         let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, u64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Value>(3)?,
-                key_field(r.get(4)?),
-                key_field(r.get(5)?),
-            ))
+            let id: String = r.get(0)?;
+            let event = Event {
+                seq: r.get(1)?,
+                kind: r.get(2)?,
+                payload: r.get(3)?,
+                created_at: r.get(4)?,
+            };
+            Ok((id, event))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (id, seq, kind, call_id, turn, attempt) = row?;
+            let (id, event) = row?;
             let id = id
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
-            let call_id = match call_id {
-                Value::Text(t) => Some(t),
-                _ => None,
-            };
-            out.push((id, QuestionKey::read(seq, &kind, call_id, turn, attempt)));
+            out.push((id, event));
         }
         Ok(out)
     }
@@ -170,19 +165,14 @@ impl SqliteStore {
     }
 }
 
-pub(super) const QUESTIONS_TO_CHECK: &str =
-    "SELECT s.id, q.seq, q.kind, q.call_id, q.turn, q.attempt
+/// The events filed in `questions_to_check` (V16), read whole: their keys are taken from
+/// the decoded payload, as every other reader of the log takes them, never from the filed
+/// columns (SQL reads JSON by other rules than serde: a NUL, a number past 2^63, an object
+/// as a call id).
+pub(super) const QUESTIONS_TO_CHECK: &str = "SELECT s.id, e.seq, e.kind, e.payload, e.created_at
      FROM questions_to_check AS q
-     JOIN sessions AS s ON s.n = q.session_n AND s.deleted_at IS NULL";
-
-/// A question's turn or attempt as V16 files it (`json_extract`'s SQL value).
-fn key_field(v: Value) -> KeyField {
-    match v {
-        Value::Null => KeyField::Absent,
-        Value::Integer(n) => u64::try_from(n).map_or(KeyField::Other, KeyField::Number),
-        _ => KeyField::Other,
-    }
-}
+     JOIN sessions AS s ON s.n = q.session_n AND s.deleted_at IS NULL
+     JOIN session_events AS e ON e.session_n = q.session_n AND e.seq = q.seq";
 
 /// The questions about `call_id` and their answers, in seq order (V13's index).
 fn permission_events(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {

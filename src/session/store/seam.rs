@@ -239,7 +239,7 @@ pub trait Backend: Send + Sync {
         active: Option<(u64, u32)>,
     ) -> Result<Page>;
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>>;
-    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>>;
+    fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>>;
     fn session_ids(&self) -> Result<Vec<SessionId>>;
     fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage>;
     fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>>;
@@ -399,11 +399,22 @@ impl Store {
 
     /// The keys of the questions and answers filed since the restart recovery last
     /// checked them, in every live session: one session's keys after another's, each
-    /// session's in seq order.
+    /// session's in seq order. Each key is its decoded event's (the table says only where
+    /// to look), so the recovery pairs exactly as the transcript does.
     pub fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        let mut keys = self.backend.questions_to_check()?;
+        let mut keys: Vec<(SessionId, QuestionKey)> = self
+            .questions_filed()?
+            .iter()
+            .map(|(id, e)| (*id, QuestionKey::of(e)))
+            .collect();
         keys.sort_unstable_by_key(|(id, k)| (*id, k.seq));
         Ok(keys)
+    }
+
+    /// The questions and answers filed since the restart recovery last checked them, as
+    /// events, in no particular order (what [`Store::questions_to_check`] keys).
+    pub fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.backend.questions_filed()
     }
 
     /// Removes, for each (session, seq), what the session filed up to that seq: the
@@ -498,8 +509,8 @@ impl Backend for SqliteStore {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         SqliteStore::permission_events(self, id, call_id)
     }
-    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        SqliteStore::questions_to_check(self)
+    fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
+        SqliteStore::questions_filed(self)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         SqliteStore::session_ids(self)

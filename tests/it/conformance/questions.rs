@@ -4,7 +4,8 @@
 //! this: a question no row stands for would stay open forever after a kill.
 
 use brain::session::events::{PermissionRequested, PermissionResolved, QuestionKey, QuestionSide};
-use brain::session::{Payload, SessionId, Store};
+use brain::session::projection::questions::any_open;
+use brain::session::{Event, Payload, SessionId, Store};
 
 use super::{Db, log, new_session};
 use crate::support::user;
@@ -14,6 +15,7 @@ conformance!(
     an_import_files_its_questions,
     a_deleted_session_has_nothing_to_check,
     a_field_of_another_type_is_filed_as_unreadable,
+    what_is_filed_pairs_as_the_decoded_log_does,
 );
 
 fn question(turn: u64, call: &str) -> Payload {
@@ -159,4 +161,67 @@ fn a_field_of_another_type_is_filed_as_unreadable(db: &Db) {
     }
     let sides: Vec<QuestionSide> = filed(&store, id).iter().map(|k| k.side).collect();
     assert_eq!(sides, [QuestionSide::Unreadable; 3]);
+}
+
+/// Imported logs brain never writes, in which SQL and serde read the JSON differently: an
+/// answer that would not decode (no decision, a duplicate key, a call id that is an
+/// object), a call id with a NUL (PostgreSQL's text cannot hold it), a turn past 2^63
+/// (SQLite's JSON reads it as a float). In each the decoded log has a question without an
+/// answer, so the recovery must find it open: the keys are the decoded events'.
+fn what_is_filed_pairs_as_the_decoded_log_does(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let t = store.append(id, &user("q")).unwrap().seq;
+    let start = log(&store, id);
+    let q = |turn: &str, call: &str| {
+        format!(r#"{{"turn":{turn},"attempt":1,"call_id":{call},"name":"n","args":""}}"#)
+    };
+    let a = |turn: &str, call: &str, rest: &str| {
+        format!(r#"{{"turn":{turn},"attempt":1,"call_id":{call}{rest}}}"#)
+    };
+    let (turn, decided) = (t.to_string(), r#","decision":"deny","by":"user""#);
+    let cases = [
+        (
+            "no decision",
+            q(&turn, r#""c""#),
+            Some(a(&turn, r#""c""#, r#","by":"user""#)),
+        ),
+        (
+            "a duplicate key",
+            q(&turn, r#""c""#),
+            Some(a(&turn, r#""c","call_id":"c""#, decided)),
+        ),
+        (
+            "a call id that is an object",
+            q(&turn, r#""{\"x\":1}""#),
+            Some(a(&turn, r#"{"x":1}"#, decided)),
+        ),
+        (
+            "a NUL in the question's call id",
+            q(&turn, r#""a\u0000b""#),
+            Some(a(&turn, r#""ab""#, decided)),
+        ),
+        ("a turn past 2^63", q("9223372036854775808", r#""c""#), None),
+    ];
+    for (what, question, answer) in cases {
+        let mut events = start.clone();
+        let mut push = |kind: &str, payload: String| {
+            let seq = events.len() as u64 + 1;
+            let created_at = events[events.len() - 1].created_at.clone();
+            events.push(Event {
+                seq,
+                kind: kind.into(),
+                payload,
+                created_at,
+            });
+        };
+        push("permission_requested", question);
+        if let Some(answer) = answer {
+            push("permission_resolved", answer);
+        }
+        let copy = SessionId::generate();
+        store.write(|w| w.import_session(copy, &events)).unwrap();
+        let keys = filed(&store, copy);
+        assert!(any_open(&keys), "{what}: {keys:?}");
+    }
 }

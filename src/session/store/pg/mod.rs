@@ -46,7 +46,7 @@ use super::seam::{Backend, Rerun, Writer};
 use super::{OlderSchema, Result, SessionRow, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::config;
-use crate::session::events::{Event, QuestionKey, SessionId};
+use crate::session::events::{Event, SessionId};
 use crate::session::projection::page::Page;
 
 mod embedded {
@@ -254,8 +254,8 @@ impl Backend for PgStore {
     fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
         self.read(|c| read::permission_events(c, id, call_id))
     }
-    fn questions_to_check(&self) -> Result<Vec<(SessionId, QuestionKey)>> {
-        self.read(read::questions_to_check)
+    fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
+        self.read(read::questions_filed)
     }
     fn session_ids(&self) -> Result<Vec<SessionId>> {
         self.read(read::session_ids)

@@ -15,7 +15,7 @@ use postgres::{GenericClient, IsolationLevel, Transaction};
 use postgres::types::Type;
 
 use super::rows::{event_row, session_row, to_i64, typed};
-use crate::session::events::{Decoded, Event, KeyField, Payload, QuestionKey, SessionId};
+use crate::session::events::{Decoded, Event, Payload, SessionId};
 use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
 use crate::session::projection::visible_compaction_boundary;
 use crate::session::store::{Result, SessionRow, StoreError};
@@ -119,10 +119,14 @@ const CALLS_EVENTS: &str = concat!(
            AND brain_field(payload, 'call_id') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
-/// What every live session filed for the restart recovery (V16), the session first.
-const QUESTIONS_TO_CHECK: &str = "SELECT q.session_id::text, q.seq, q.kind, q.call_id, q.turn,
-        q.attempt
-     FROM questions_to_check q JOIN sessions s ON s.id = q.session_id AND s.deleted_at IS NULL";
+/// The events filed in `questions_to_check` (V16), read whole (see the SQLite store's).
+const QUESTIONS_TO_CHECK: &str = concat!(
+    "SELECT q.session_id::text, e.seq, e.kind, e.payload::text, ",
+    crate::session::store::pg::rows::ts_text!("e.created_at"),
+    " FROM questions_to_check q
+      JOIN sessions s ON s.id = q.session_id AND s.deleted_at IS NULL
+      JOIN session_events e ON e.session_id = q.session_id AND e.seq = q.seq"
+);
 const SESSION_IDS: &str = "SELECT id::text FROM sessions ORDER BY sessions.created_at, sessions.id";
 
 /// A read-only transaction on one snapshot (`REPEATABLE READ`): what a read of several
@@ -235,7 +239,7 @@ pub fn permission_events(
 
 /// The questions and answers filed since the restart recovery last checked them (V16), in
 /// no order.
-pub fn questions_to_check(c: &mut impl GenericClient) -> Result<Vec<(SessionId, QuestionKey)>> {
+pub fn questions_filed(c: &mut impl GenericClient) -> Result<Vec<(SessionId, Event)>> {
     let mut out = Vec::new();
     for r in c.query_typed(QUESTIONS_TO_CHECK, &[])? {
         let id: String = r.try_get(0)?;
@@ -244,19 +248,13 @@ pub fn questions_to_check(c: &mut impl GenericClient) -> Result<Vec<(SessionId, 
             .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
         let seq: i64 = r.try_get(1)?;
         let seq = u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("seq {seq}")))?;
-        let kind: String = r.try_get(2)?;
-        let field = |i: usize| -> Result<KeyField> {
-            let text: Option<String> = r.try_get(i)?;
-            Ok(match text {
-                None => KeyField::Absent,
-                Some(t) => t.parse().map_or(KeyField::Other, KeyField::Number),
-            })
+        let event = Event {
+            seq,
+            kind: r.try_get(2)?,
+            payload: r.try_get(3)?,
+            created_at: r.try_get(4)?,
         };
-        let (turn, attempt) = (field(4)?, field(5)?);
-        out.push((
-            id,
-            QuestionKey::read(seq, &kind, r.try_get(3)?, turn, attempt),
-        ));
+        out.push((id, event));
     }
     Ok(out)
 }
