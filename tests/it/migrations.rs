@@ -287,7 +287,7 @@ fn a_question_an_older_server_writes_during_the_v16_migration_is_filed() {
     let turn = store.append(id, &crate::support::user("q")).unwrap().seq;
     drop(store);
     let connect = || postgres::Client::connect(&pg.url, postgres::NoTls).unwrap();
-    // Back to V15, as an older server left it.
+    // Back to V15, as an older server left it (V17 after V16 makes its index again).
     connect()
         .batch_execute(
             "DROP TRIGGER questions_to_check_insert ON session_events;
@@ -296,7 +296,7 @@ fn a_question_an_older_server_writes_during_the_v16_migration_is_filed() {
              DROP FUNCTION questions_to_check_insert(); DROP FUNCTION questions_to_check_delete();
              DROP FUNCTION brain_question_key(json, text, text, text);
              DROP FUNCTION brain_nul_free(json);
-             DELETE FROM refinery_schema_history WHERE version = 16;",
+             DELETE FROM refinery_schema_history WHERE version >= 16;",
         )
         .unwrap();
     // The older server's question, in a transaction still open when the migration starts.

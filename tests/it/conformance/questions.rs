@@ -16,6 +16,7 @@ conformance!(
     a_deleted_session_has_nothing_to_check,
     a_field_of_another_type_is_filed_as_unreadable,
     what_is_filed_pairs_as_the_decoded_log_does,
+    a_call_id_of_any_length_is_asked_and_answered,
 );
 
 fn question(turn: u64, call: &str) -> Payload {
@@ -224,4 +225,44 @@ fn what_is_filed_pairs_as_the_decoded_log_does(db: &Db) {
         let keys = filed(&store, copy);
         assert!(any_open(&keys), "{what}: {keys:?}");
     }
+}
+
+/// A provider may send any id (and an import any text): 8 KiB that do not compress still
+/// go in and come out whole (PostgreSQL's b-tree holds at most ~2.7 KB a row, so its index
+/// keys a hash of the call id).
+fn a_call_id_of_any_length_is_asked_and_answered(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let t = store.append(id, &user("q")).unwrap().seq;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let call: String = (0..8192)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                    [(x % 62) as usize],
+            )
+        })
+        .collect();
+    let q = store.append(id, &question(t, &call)).unwrap().seq;
+    let r = store.append(id, &resolved(t, &call)).unwrap().seq;
+    let found: Vec<u64> = store
+        .permission_events(id, &call)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(found, [q, r]);
+    assert!(
+        store
+            .permission_events(id, &call[..8191])
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        filed(&store, id),
+        [asked(q, t, &call), answered(r, t, &call)]
+    );
 }

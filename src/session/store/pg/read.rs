@@ -100,12 +100,14 @@ const TURNS_ATTEMPTS: &str = concat!(
            AND kind IN ('pending_state', 'assistant_turn') AND brain_field(payload, 'turn') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
-/// Through `session_events_permissions` (V13): a call id's questions and answers.
+/// Through `session_events_permissions` (V17): a call id's questions and answers, found by
+/// its hash (a call id may be longer than a b-tree row holds), then compared whole.
 const PERMISSION_EVENTS: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM session_events WHERE session_id = $1
       AND kind IN ('permission_requested', 'permission_resolved')
+      AND md5(brain_field(payload, 'call_id')) = md5($2)
       AND brain_field(payload, 'call_id') = $2 ORDER BY seq"
 );
 /// The questions and answers of several call ids in one statement (as [`TURNS_ATTEMPTS`]).
@@ -116,6 +118,7 @@ const CALLS_EVENTS: &str = concat!(
     event_columns!(),
     " FROM session_events WHERE session_id = $1
            AND kind IN ('permission_requested', 'permission_resolved')
+           AND md5(brain_field(payload, 'call_id')) = md5(t.key)
            AND brain_field(payload, 'call_id') = t.key
          OFFSET 0) AS e(seq, kind, payload, created_at)"
 );
