@@ -1,5 +1,5 @@
-//! The two writes that copy events in, written once for both stores: a fork (SPEC §14)
-//! and an import that extends a session (SPEC §15). Their rules — which events, in what
+//! The writes that copy events in, written once for both stores: a fork (SPEC §14), an
+//! import of a whole session and an import that extends one (SPEC §15). Their rules — which events, in what
 //! order, which checks, which cache effects — are the same on SQLite and PostgreSQL; only
 //! the few row operations differ, and each store supplies those ([`Rows`]).
 
@@ -40,6 +40,55 @@ pub(super) trait Rows: WriteTxn {
     ) -> Result<Event>;
     /// Applies an event's effect on the cache row.
     fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()>;
+    /// Refuses a live session with this id ([`StoreError::AlreadyExists`]); a deleted one
+    /// still waiting for SQLite's purge is purged first (the new session must not inherit
+    /// its events).
+    fn free_id(&mut self, id: SessionId) -> Result<()>;
+    /// Sets the cache row's `updated_at`.
+    fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()>;
+}
+
+/// Imports `events` whole as the new session `id` (SPEC §15): the same seqs (1, 2, … with
+/// no gap), kinds, payload bytes and times, the cache row derived from the events as
+/// appends would have derived it.
+pub(super) fn import_session(w: &mut impl Rows, id: SessionId, events: &[Event]) -> Result<()> {
+    w.free_id(id)?;
+    let Some(first) = events.first() else {
+        return Err(StoreError::Corrupt(format!("session {id} has no events")));
+    };
+    let Decoded::Known(Payload::SessionStarted(started)) = first.decode() else {
+        return Err(StoreError::Corrupt(format!(
+            "session {id} does not begin with session_started"
+        )));
+    };
+    w.insert_session_row(
+        id,
+        started.title.as_deref(),
+        &started.system,
+        &first.created_at,
+    )?;
+    let mut latest = first.created_at.clone();
+    for (i, e) in events.iter().enumerate() {
+        if e.seq != i as u64 + 1 {
+            return Err(StoreError::Corrupt(format!(
+                "session {id}: seq {} where {} was expected",
+                e.seq,
+                i + 1
+            )));
+        }
+        w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
+            let effect = p.cache_effect();
+            w.apply_effect(id, &effect, &e.created_at)?;
+            if effect.touches_updated_at && e.created_at > latest {
+                latest = e.created_at.clone();
+            }
+        }
+    }
+    // The newest of the times that moved it, not the last: a fork's copies keep their
+    // source's older times after its own, newer `session_started` (and live, times only
+    // grow, so the two agree).
+    w.set_updated_at(id, &latest)
 }
 
 /// Forks `source` through `through` (or the default point, see [`fork_point`]) into a new

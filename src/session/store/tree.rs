@@ -115,4 +115,13 @@ impl super::copy::Rows for SqliteWriter<'_> {
     fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
         self.apply_cache_effect(id, effect, at)
     }
+    fn free_id(&mut self, id: SessionId) -> Result<()> {
+        self.purge_now(id)
+    }
+    fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()> {
+        self.conn()
+            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+            .execute(params![id.to_string(), at])?;
+        Ok(())
+    }
 }

@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
 use crate::session::events::{
-    CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy, kind,
+    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
+    TitledBy, kind,
 };
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
@@ -153,51 +153,7 @@ impl<'a> SqliteWriter<'a> {
     /// events are purged first, in this transaction (an import is one deliberate
     /// transaction already; the new session must not inherit them).
     pub fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        self.purge_now(id)?;
-        let Some(first) = events.first() else {
-            return Err(StoreError::Corrupt(format!("session {id} has no events")));
-        };
-        let Decoded::Known(Payload::SessionStarted(started)) = first.decode() else {
-            return Err(StoreError::Corrupt(format!(
-                "session {id} does not begin with session_started"
-            )));
-        };
-        self.conn
-            .prepare_cached(
-                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
-                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
-            )?
-            .execute(params![
-                id.to_string(),
-                started.title,
-                started.system,
-                first.created_at
-            ])?;
-        let mut latest = first.created_at.clone();
-        for (i, e) in events.iter().enumerate() {
-            if e.seq != i as u64 + 1 {
-                return Err(StoreError::Corrupt(format!(
-                    "session {id}: seq {} where {} was expected",
-                    e.seq,
-                    i + 1
-                )));
-            }
-            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
-                let effect = p.cache_effect();
-                self.apply_cache_effect(id, &effect, &e.created_at)?;
-                if effect.touches_updated_at && e.created_at > latest {
-                    latest = e.created_at.clone();
-                }
-            }
-        }
-        // The newest of the times that moved it, not the last: a fork's copies keep their
-        // source's older times after its own, newer `session_started` (and live, times
-        // only grow, so the two agree).
-        self.conn
-            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-            .execute(params![id.to_string(), latest])?;
-        Ok(())
+        super::copy::import_session(self, id, events)
     }
 
     /// Whether the session exists, as of this transaction.

@@ -27,8 +27,8 @@ use postgres::types::{ToSql, Type};
 use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
 use crate::clock::Clock;
 use crate::session::events::{
-    CacheEffect, Decoded, Event, Payload, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy,
+    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
+    TitledBy,
 };
 use crate::session::store::ledger::LedgerEntry;
 use crate::session::store::seam::WriteTxn;
@@ -191,51 +191,6 @@ impl<'t> PgWriter<'t> {
             .tx
             .query(&sql, &[&id.as_uuid(), &to_i64(after_seq)?, &limit])?;
         rows.iter().map(event_row).collect()
-    }
-
-    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        if self.exists(id)? {
-            return Err(StoreError::AlreadyExists(id));
-        }
-        let Some(first) = events.first() else {
-            return Err(StoreError::Corrupt(format!("session {id} has no events")));
-        };
-        let Decoded::Known(Payload::SessionStarted(started)) = first.decode() else {
-            return Err(StoreError::Corrupt(format!(
-                "session {id} does not begin with session_started"
-            )));
-        };
-        self.insert_session(
-            id,
-            started.title.as_deref(),
-            &started.system,
-            &first.created_at,
-        )?;
-        let mut latest = first.created_at.clone();
-        for (i, e) in events.iter().enumerate() {
-            if e.seq != i as u64 + 1 {
-                return Err(StoreError::Corrupt(format!(
-                    "session {id}: seq {} where {} was expected",
-                    e.seq,
-                    i + 1
-                )));
-            }
-            self.insert_event(id, &e.kind, &e.payload, &e.created_at)?;
-            if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
-                let effect = p.cache_effect();
-                self.apply_cache_effect(id, &effect, &e.created_at)?;
-                if effect.touches_updated_at && e.created_at > latest {
-                    latest = e.created_at.clone();
-                }
-            }
-        }
-        // The newest of the times that moved it, not the last (as on SQLite: a fork's
-        // copies keep their source's older times).
-        self.tx.execute(
-            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
-            &[&id.as_uuid(), &latest],
-        )?;
-        Ok(())
     }
 
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
@@ -453,7 +408,7 @@ impl WriteTxn for PgWriter<'_> {
         PgWriter::events_after(self, id, after_seq, None)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        PgWriter::import_session(self, id, events)
+        crate::session::store::copy::import_session(self, id, events)
     }
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         PgWriter::extend_imported(self, id, events)
@@ -515,5 +470,19 @@ impl crate::session::store::copy::Rows for PgWriter<'_> {
     }
     fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
         self.apply_cache_effect(id, effect, at).map(|_| ())
+    }
+    fn free_id(&mut self, id: SessionId) -> Result<()> {
+        // A delete removes the rows at once here: only a live session holds the id.
+        if self.exists(id)? {
+            return Err(StoreError::AlreadyExists(id));
+        }
+        Ok(())
+    }
+    fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()> {
+        self.tx.execute(
+            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
+            &[&id.as_uuid(), &at],
+        )?;
+        Ok(())
     }
 }
