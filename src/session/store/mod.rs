@@ -12,7 +12,6 @@
 //! **Architecture invariant:** this is the only module that issues SQL.
 
 pub mod coord;
-mod copy;
 mod key;
 mod lane;
 pub mod ledger;
@@ -22,6 +21,7 @@ mod mark;
 pub mod pg;
 pub mod purge;
 mod read;
+mod rules;
 pub mod schema;
 mod seam;
 mod tree;

@@ -7,42 +7,19 @@ use rusqlite::{OptionalExtension, params};
 
 use super::read::{events_after, shaping_events};
 use super::{Result, SessionRow, SqliteWriter};
-use crate::session::events::{CacheEffect, Event, Payload, Rewind, SessionId, UserMessage};
-use crate::session::projection::check_edit;
+use crate::session::events::{CacheEffect, Event, SessionId};
 
 /// Appended to a source's title to name its fork.
 pub const FORK_TITLE_SUFFIX: &str = " (fork)";
 
 impl SqliteWriter<'_> {
-    /// Edits the user message at `edited_seq`: `rewind {to_seq: edited_seq − 1,
-    /// edited_seq}` and the new `user_message`, in this one transaction. Returns the new
-    /// message. Refused with [`StoreError::NotEditable`] unless the message is a user
-    /// message of the current branch after the newest visible compaction's boundary. An
-    /// archived session is unarchived first, as a send does.
+    /// Edits the user message at `edited_seq` (see [`super::rules::edit`], shared with the
+    /// PostgreSQL store).
     pub fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        self.require_session(id)?;
-        let target = self.event_at(id, edited_seq)?;
-        let shaping = shaping_events(self.conn(), id)?;
-        check_edit(&shaping, edited_seq, target.as_ref())?;
-        if self.session(id)?.archived {
-            self.set_archived(id, false)?;
-        }
-        self.append(
-            id,
-            &Payload::Rewind(Rewind {
-                to_seq: edited_seq - 1,
-                edited_seq,
-            }),
-        )?;
-        self.append(
-            id,
-            &Payload::UserMessage(UserMessage {
-                text: text.to_owned(),
-            }),
-        )
+        super::rules::edit(self, id, edited_seq, text)
     }
 
-    /// Forks `source` into a new session (see [`super::copy::fork`], shared with the
+    /// Forks `source` into a new session (see [`super::rules::fork`], shared with the
     /// PostgreSQL store).
     pub fn fork(
         &mut self,
@@ -51,34 +28,11 @@ impl SqliteWriter<'_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        super::copy::fork(self, source, through, active, upto)
-    }
-
-    /// The session's event at `seq`, if there is one. A seq past what the database can
-    /// hold is no event.
-    fn event_at(&self, id: SessionId, seq: u64) -> Result<Option<Event>> {
-        let Ok(seq) = i64::try_from(seq) else {
-            return Ok(None);
-        };
-        Ok(self
-            .conn()
-            .prepare_cached(
-                "SELECT seq, kind, payload, created_at FROM session_events
-                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq = ?2",
-            )?
-            .query_row(params![id.to_string(), seq], |r| {
-                Ok(Event {
-                    seq: r.get(0)?,
-                    kind: r.get(1)?,
-                    payload: r.get(2)?,
-                    created_at: r.get(3)?,
-                })
-            })
-            .optional()?)
+        super::rules::fork(self, source, through, active, upto)
     }
 }
 
-impl super::copy::Rows for SqliteWriter<'_> {
+impl super::rules::Rows for SqliteWriter<'_> {
     fn now(&self) -> String {
         self.clock().now_string()
     }
@@ -123,5 +77,28 @@ impl super::copy::Rows for SqliteWriter<'_> {
             .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
             .execute(params![id.to_string(), at])?;
         Ok(())
+    }
+    fn event_at(&mut self, id: SessionId, seq: u64) -> Result<Option<Event>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        Ok(self
+            .conn()
+            .prepare_cached(
+                "SELECT seq, kind, payload, created_at FROM session_events
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq = ?2",
+            )?
+            .query_row(params![id.to_string(), seq], |r| {
+                Ok(Event {
+                    seq: r.get(0)?,
+                    kind: r.get(1)?,
+                    payload: r.get(2)?,
+                    created_at: r.get(3)?,
+                })
+            })
+            .optional()?)
+    }
+    fn shaping_events(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        shaping_events(self.conn(), id)
     }
 }

@@ -153,7 +153,7 @@ impl<'a> SqliteWriter<'a> {
     /// events are purged first, in this transaction (an import is one deliberate
     /// transaction already; the new session must not inherit them).
     pub fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::copy::import_session(self, id, events)
+        super::rules::import_session(self, id, events)
     }
 
     /// Whether the session exists, as of this transaction.
@@ -180,10 +180,10 @@ impl<'a> SqliteWriter<'a> {
         super::read::events_after(self.conn, id, after_seq, None)
     }
 
-    /// Appends events an import made (see [`super::copy::extend_imported`], shared with
+    /// Appends events an import made (see [`super::rules::extend_imported`], shared with
     /// the PostgreSQL store).
     pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::copy::extend_imported(self, id, events)
+        super::rules::extend_imported(self, id, events)
     }
 
     /// Refuses a missing or deleted session.

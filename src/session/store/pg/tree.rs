@@ -1,39 +1,18 @@
-//! Editing and forking on PostgreSQL (SPEC §14), each one step of the write transaction,
-//! with the same pure checks as the SQLite store ([`check_edit`], [`fork_point`]).
+//! Editing and forking on PostgreSQL (SPEC §14): the rules are the shared ones
+//! ([`crate::session::store::rules`]); here the rows they read.
 
 use super::rows::{EVENT_COLUMNS, event_row, to_i64};
 use super::write::PgWriter;
-use crate::session::events::{Event, Payload, Rewind, SessionId, UserMessage, kind};
-use crate::session::projection::check_edit;
-use crate::session::store::{Result, SessionRow};
+use crate::session::events::{CacheEffect, Event, SessionId, kind};
+use crate::session::store::{Result, SessionRow, StoreError};
 
 impl PgWriter<'_> {
-    /// See the SQLite store's `edit`: the rewind and the new message together, under the
-    /// session's row lock so no append slips between the check and them.
+    /// Edits the user message at `edited_seq` (see [`crate::session::store::rules::edit`]).
     pub(super) fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        self.lock_session(id)?;
-        let target = self.event_at(id, edited_seq)?;
-        let shaping = self.shaping_events(id)?;
-        check_edit(&shaping, edited_seq, target.as_ref())?;
-        if self.session(id)?.archived {
-            self.set_archived(id, false)?;
-        }
-        self.append(
-            id,
-            &Payload::Rewind(Rewind {
-                to_seq: edited_seq - 1,
-                edited_seq,
-            }),
-        )?;
-        self.append(
-            id,
-            &Payload::UserMessage(UserMessage {
-                text: text.to_owned(),
-            }),
-        )
+        crate::session::store::rules::edit(self, id, edited_seq, text)
     }
 
-    /// Forks `source` into a new session (see [`crate::session::store::copy::fork`]).
+    /// Forks `source` into a new session (see [`crate::session::store::rules::fork`]).
     pub(super) fn fork(
         &mut self,
         source: SessionId,
@@ -41,9 +20,56 @@ impl PgWriter<'_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        crate::session::store::copy::fork(self, source, through, active, upto)
+        crate::session::store::rules::fork(self, source, through, active, upto)
     }
+}
 
+/// The row operations of the shared write rules, on PostgreSQL.
+impl crate::session::store::rules::Rows for PgWriter<'_> {
+    fn now(&self) -> String {
+        self.clock().now_string()
+    }
+    fn hold(&mut self, id: SessionId) -> Result<()> {
+        self.lock_session(id)
+    }
+    fn log(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        self.events_after(id, 0, None)
+    }
+    fn insert_session_row(
+        &mut self,
+        id: SessionId,
+        title: Option<&str>,
+        system: &str,
+        now: &str,
+    ) -> Result<()> {
+        self.insert_session(id, title, system, now)
+    }
+    fn insert_event_row(
+        &mut self,
+        id: SessionId,
+        kind: &str,
+        payload: &str,
+        created_at: &str,
+    ) -> Result<Event> {
+        self.insert_event(id, kind, payload, created_at)
+    }
+    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
+        self.apply_cache_effect(id, effect, at).map(|_| ())
+    }
+    fn free_id(&mut self, id: SessionId) -> Result<()> {
+        // A delete removes the rows at once here: only a live session holds the id.
+        if self.exists(id)? {
+            return Err(StoreError::AlreadyExists(id));
+        }
+        Ok(())
+    }
+    fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()> {
+        self.tx().execute(
+            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
+            &[&id.as_uuid(), &at],
+        )?;
+        Ok(())
+    }
     fn event_at(&mut self, id: SessionId, seq: u64) -> Result<Option<Event>> {
         let Ok(seq) = to_i64(seq) else {
             return Ok(None);
@@ -57,7 +83,6 @@ impl PgWriter<'_> {
             .transpose()
     }
 
-    /// The session's rewinds and compactions, in seq order (what step 0 needs).
     fn shaping_events(&mut self, id: SessionId) -> Result<Vec<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM session_events

@@ -194,7 +194,7 @@ impl<'t> PgWriter<'t> {
     }
 
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        crate::session::store::copy::extend_imported(self, id, events)
+        crate::session::store::rules::extend_imported(self, id, events)
     }
 
     /// Deletes the session's events and cache row at once: PostgreSQL has no single
@@ -335,7 +335,7 @@ impl<'t> PgWriter<'t> {
 
     /// Updates the cache row as the effect says (which locks it); whether a row was
     /// updated (none when the effect changes nothing or the session does not exist).
-    fn apply_cache_effect(
+    pub(super) fn apply_cache_effect(
         &mut self,
         id: SessionId,
         effect: &CacheEffect,
@@ -408,7 +408,7 @@ impl WriteTxn for PgWriter<'_> {
         PgWriter::events_after(self, id, after_seq, None)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        crate::session::store::copy::import_session(self, id, events)
+        crate::session::store::rules::import_session(self, id, events)
     }
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         PgWriter::extend_imported(self, id, events)
@@ -435,53 +435,6 @@ impl WriteTxn for PgWriter<'_> {
         self.tx.execute(
             "DELETE FROM questions_to_check WHERE session_id = $1 AND seq <= $2",
             &[&id.as_uuid(), &to_i64(through)?],
-        )?;
-        Ok(())
-    }
-}
-
-impl crate::session::store::copy::Rows for PgWriter<'_> {
-    fn now(&self) -> String {
-        self.clock().now_string()
-    }
-    fn hold(&mut self, id: SessionId) -> Result<()> {
-        self.lock_session(id)
-    }
-    fn log(&mut self, id: SessionId) -> Result<Vec<Event>> {
-        self.events_after(id, 0, None)
-    }
-    fn insert_session_row(
-        &mut self,
-        id: SessionId,
-        title: Option<&str>,
-        system: &str,
-        now: &str,
-    ) -> Result<()> {
-        self.insert_session(id, title, system, now)
-    }
-    fn insert_event_row(
-        &mut self,
-        id: SessionId,
-        kind: &str,
-        payload: &str,
-        created_at: &str,
-    ) -> Result<Event> {
-        self.insert_event(id, kind, payload, created_at)
-    }
-    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
-        self.apply_cache_effect(id, effect, at).map(|_| ())
-    }
-    fn free_id(&mut self, id: SessionId) -> Result<()> {
-        // A delete removes the rows at once here: only a live session holds the id.
-        if self.exists(id)? {
-            return Err(StoreError::AlreadyExists(id));
-        }
-        Ok(())
-    }
-    fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()> {
-        self.tx.execute(
-            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
-            &[&id.as_uuid(), &at],
         )?;
         Ok(())
     }

@@ -1,16 +1,17 @@
-//! The writes that copy events in, written once for both stores: a fork (SPEC §14), an
-//! import of a whole session and an import that extends one (SPEC §15). Their rules — which events, in what
-//! order, which checks, which cache effects — are the same on SQLite and PostgreSQL; only
-//! the few row operations differ, and each store supplies those ([`Rows`]).
+//! The write rules written once for both stores: an edit (SPEC §14: its `rewind` and the
+//! new `user_message` together), a fork (SPEC §14), an import of a whole session and one
+//! that extends a session (SPEC §15). Which events, in what order, which checks, which
+//! cache effects: the same on SQLite and PostgreSQL; only the few row operations differ,
+//! and each store supplies those ([`Rows`]).
 
 use super::seam::WriteTxn;
 use super::tree::FORK_TITLE_SUFFIX;
 use super::{Result, SessionRow, StoreError};
 use crate::session::events::{
-    CacheEffect, Decoded, Event, ForkedFrom, Payload, SessionArchived, SessionId, SessionStarted,
-    SessionTitled, TitledBy, kind,
+    CacheEffect, Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId,
+    SessionStarted, SessionTitled, TitledBy, UserMessage, kind,
 };
-use crate::session::projection::fork_point;
+use crate::session::projection::{check_edit, fork_point};
 
 /// The row operations a store gives the shared writes, inside its write transaction.
 pub(super) trait Rows: WriteTxn {
@@ -46,6 +47,40 @@ pub(super) trait Rows: WriteTxn {
     fn free_id(&mut self, id: SessionId) -> Result<()>;
     /// Sets the cache row's `updated_at`.
     fn set_updated_at(&mut self, id: SessionId, at: &str) -> Result<()>;
+    /// The session's event at `seq`, if there is one (a seq past what the database can
+    /// hold is none).
+    fn event_at(&mut self, id: SessionId, seq: u64) -> Result<Option<Event>>;
+    /// The session's rewinds and compactions, in seq order (what SPEC §4 step 0 needs).
+    fn shaping_events(&mut self, id: SessionId) -> Result<Vec<Event>>;
+}
+
+/// Edits the user message at `edited_seq`: `rewind {to_seq: edited_seq − 1, edited_seq}`
+/// and the new `user_message`, in this one transaction, with the session held so no append
+/// slips between the check and them. Returns the new message. Refused with
+/// [`StoreError::NotEditable`] unless the message is a user message of the current branch
+/// after the newest visible compaction's boundary. An archived session is unarchived
+/// first, as a send does.
+pub(super) fn edit(w: &mut impl Rows, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+    w.hold(id)?;
+    let target = w.event_at(id, edited_seq)?;
+    let shaping = w.shaping_events(id)?;
+    check_edit(&shaping, edited_seq, target.as_ref())?;
+    if w.session(id)?.archived {
+        w.set_archived(id, false)?;
+    }
+    w.append(
+        id,
+        &Payload::Rewind(Rewind {
+            to_seq: edited_seq - 1,
+            edited_seq,
+        }),
+    )?;
+    w.append(
+        id,
+        &Payload::UserMessage(UserMessage {
+            text: text.to_owned(),
+        }),
+    )
 }
 
 /// Imports `events` whole as the new session `id` (SPEC §15): the same seqs (1, 2, … with
