@@ -54,6 +54,52 @@ pub(super) trait Rows: WriteTxn {
     fn shaping_events(&mut self, id: SessionId) -> Result<Vec<Event>>;
 }
 
+/// Creates a session and its `session_started` event (seq 1) together.
+pub(super) fn create_session(
+    w: &mut impl Rows,
+    title: Option<String>,
+    system: String,
+) -> Result<SessionRow> {
+    let id = SessionId::generate();
+    let now = w.now();
+    w.insert_session_row(id, title.as_deref(), &system, &now)?;
+    let started = Payload::SessionStarted(SessionStarted {
+        title,
+        system,
+        forked_from: None,
+        imported_from: None,
+    });
+    w.insert_event_row(id, started.kind(), &started.to_json(), &now)?;
+    w.session(id)
+}
+
+/// Renames a session (a `session_titled` event). Setting the title it already has writes
+/// nothing.
+pub(super) fn rename(
+    w: &mut impl Rows,
+    id: SessionId,
+    title: String,
+    by: TitledBy,
+) -> Result<SessionRow> {
+    let row = w.session(id)?;
+    if row.title.as_deref() == Some(title.as_str()) {
+        return Ok(row);
+    }
+    w.append(id, &Payload::SessionTitled(SessionTitled { title, by }))?;
+    w.session(id)
+}
+
+/// Archives or unarchives a session (a `session_archived` event). Asking for the state it
+/// is already in writes nothing.
+pub(super) fn set_archived(w: &mut impl Rows, id: SessionId, archived: bool) -> Result<SessionRow> {
+    let row = w.session(id)?;
+    if row.archived == archived {
+        return Ok(row);
+    }
+    w.append(id, &Payload::SessionArchived(SessionArchived { archived }))?;
+    w.session(id)
+}
+
 /// Edits the user message at `edited_seq`: `rewind {to_seq: edited_seq − 1, edited_seq}`
 /// and the new `user_message`, in this one transaction, with the session held so no append
 /// slips between the check and them. Returns the new message. Refused with

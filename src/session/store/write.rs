@@ -5,10 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
-use crate::session::events::{
-    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
-    TitledBy, kind,
-};
+use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy, kind};
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
 pub struct SqliteWriter<'a> {
@@ -29,46 +26,20 @@ impl<'a> SqliteWriter<'a> {
         self.clock
     }
 
-    /// Renames a session (a `session_titled` event). Setting the title it already has
-    /// writes nothing.
+    /// Renames a session (see [`super::rules::rename`]).
     pub fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        let row = self.session(id)?;
-        if row.title.as_deref() == Some(title.as_str()) {
-            return Ok(row);
-        }
-        self.append(id, &Payload::SessionTitled(SessionTitled { title, by }))?;
-        self.session(id)
+        super::rules::rename(self, id, title, by)
     }
 
-    /// Archives or unarchives a session (a `session_archived` event). Asking for the state
-    /// it is already in writes nothing.
+    /// Archives or unarchives a session (see [`super::rules::set_archived`]).
     pub fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        let row = self.session(id)?;
-        if row.archived == archived {
-            return Ok(row);
-        }
-        self.append(id, &Payload::SessionArchived(SessionArchived { archived }))?;
-        self.session(id)
+        super::rules::set_archived(self, id, archived)
     }
 
-    /// Creates a session and its `session_started` event (seq 1) together.
+    /// Creates a session and its `session_started` event (see
+    /// [`super::rules::create_session`]).
     pub fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        let id = SessionId::generate();
-        let now = self.clock.now_string();
-        self.conn
-            .prepare_cached(
-                "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
-                 VALUES (?1, ?2, 0, ?3, ?4, ?4)",
-            )?
-            .execute(params![id.to_string(), title, system, now])?;
-        let started = Payload::SessionStarted(SessionStarted {
-            title,
-            system,
-            forked_from: None,
-            imported_from: None,
-        });
-        self.insert_event(id, started.kind(), &started.to_json(), &now)?;
-        self.session(id)
+        super::rules::create_session(self, title, system)
     }
 
     /// Appends one event with the next seq, updating the session's cache row.

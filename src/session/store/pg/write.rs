@@ -26,11 +26,9 @@ use postgres::types::{ToSql, Type};
 
 use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
 use crate::clock::Clock;
-use crate::session::events::{
-    CacheEffect, Event, Payload, SessionArchived, SessionId, SessionStarted, SessionTitled,
-    TitledBy,
-};
+use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy};
 use crate::session::store::ledger::LedgerEntry;
+use crate::session::store::rules;
 use crate::session::store::seam::WriteTxn;
 use crate::session::store::{Result, SessionRow, StoreError};
 
@@ -61,24 +59,6 @@ impl<'t> PgWriter<'t> {
         self.clock
     }
 
-    pub(super) fn create_session(
-        &mut self,
-        title: Option<String>,
-        system: String,
-    ) -> Result<SessionRow> {
-        let id = SessionId::generate();
-        let now = self.clock.now_string();
-        self.insert_session(id, title.as_deref(), &system, &now)?;
-        let started = Payload::SessionStarted(SessionStarted {
-            title,
-            system,
-            forked_from: None,
-            imported_from: None,
-        });
-        self.insert_event(id, started.kind(), &started.to_json(), &now)?;
-        self.session(id)
-    }
-
     pub(super) fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
         if matches!(payload, Payload::SessionStarted(_)) {
             return Err(StoreError::Refused(
@@ -99,24 +79,6 @@ impl<'t> PgWriter<'t> {
         }
         self.locked.insert(id);
         self.insert_event(id, payload.kind(), &payload.to_json(), &now)
-    }
-
-    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        let row = self.session(id)?;
-        if row.title.as_deref() == Some(title.as_str()) {
-            return Ok(row);
-        }
-        self.append(id, &Payload::SessionTitled(SessionTitled { title, by }))?;
-        self.session(id)
-    }
-
-    pub(super) fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        let row = self.session(id)?;
-        if row.archived == archived {
-            return Ok(row);
-        }
-        self.append(id, &Payload::SessionArchived(SessionArchived { archived }))?;
-        self.session(id)
     }
 
     fn touch(&mut self, id: SessionId) -> Result<()> {
@@ -194,7 +156,7 @@ impl<'t> PgWriter<'t> {
     }
 
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        crate::session::store::rules::extend_imported(self, id, events)
+        rules::extend_imported(self, id, events)
     }
 
     /// Deletes the session's events and cache row at once: PostgreSQL has no single
@@ -375,16 +337,16 @@ fn as_seq(seq: i64) -> Result<u64> {
 
 impl WriteTxn for PgWriter<'_> {
     fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        PgWriter::create_session(self, title, system)
+        rules::create_session(self, title, system)
     }
     fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
         PgWriter::append(self, id, payload)
     }
     fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        PgWriter::rename(self, id, title, by)
+        rules::rename(self, id, title, by)
     }
     fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        PgWriter::set_archived(self, id, archived)
+        rules::set_archived(self, id, archived)
     }
     fn touch(&mut self, id: SessionId) -> Result<()> {
         PgWriter::touch(self, id)
@@ -408,7 +370,7 @@ impl WriteTxn for PgWriter<'_> {
         PgWriter::events_after(self, id, after_seq, None)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        crate::session::store::rules::import_session(self, id, events)
+        rules::import_session(self, id, events)
     }
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         PgWriter::extend_imported(self, id, events)
