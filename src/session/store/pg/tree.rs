@@ -1,28 +1,11 @@
-//! Editing and forking on PostgreSQL (SPEC §14): the rules are the shared ones
-//! ([`crate::session::store::rules`]); here the rows they read.
+//! The row operations the shared write rules ([`crate::session::store::rules`]: create,
+//! rename, archive, edit, fork, import) use on PostgreSQL.
 
 use super::rows::{EVENT_COLUMNS, event_row, to_i64};
 use super::write::PgWriter;
 use crate::session::events::{CacheEffect, Event, SessionId, kind};
-use crate::session::store::{Result, SessionRow, StoreError};
-
-impl PgWriter<'_> {
-    /// Edits the user message at `edited_seq` (see [`crate::session::store::rules::edit`]).
-    pub(super) fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        crate::session::store::rules::edit(self, id, edited_seq, text)
-    }
-
-    /// Forks `source` into a new session (see [`crate::session::store::rules::fork`]).
-    pub(super) fn fork(
-        &mut self,
-        source: SessionId,
-        through: Option<u64>,
-        active: Option<(u64, u32)>,
-        upto: u64,
-    ) -> Result<SessionRow> {
-        crate::session::store::rules::fork(self, source, through, active, upto)
-    }
-}
+use crate::session::store::seam::WriteTxn;
+use crate::session::store::{Result, StoreError};
 
 /// The row operations of the shared write rules, on PostgreSQL.
 impl crate::session::store::rules::Rows for PgWriter<'_> {
@@ -33,7 +16,7 @@ impl crate::session::store::rules::Rows for PgWriter<'_> {
         self.lock_session(id)
     }
     fn log(&mut self, id: SessionId) -> Result<Vec<Event>> {
-        self.events_after(id, 0, None)
+        self.events_from(id, 0, None)
     }
     fn insert_session_row(
         &mut self,

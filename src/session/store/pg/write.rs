@@ -59,85 +59,8 @@ impl<'t> PgWriter<'t> {
         self.clock
     }
 
-    pub(super) fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
-        if matches!(payload, Payload::SessionStarted(_)) {
-            return Err(StoreError::Refused(
-                "session_started is written only when a session is created",
-            ));
-        }
-        let now = self.clock.now_string();
-        let effect = payload.cache_effect();
-        if self.locked.contains(&id) {
-            let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
-            self.apply_cache_effect(id, &effect, &now)?;
-            return Ok(event);
-        }
-        // Updating the cache row first locks it as `SELECT … FOR UPDATE` would (the insert
-        // after it sees every append committed before): one round trip fewer.
-        if !self.apply_cache_effect(id, &effect, &now)? {
-            self.lock_session(id)?;
-        }
-        self.locked.insert(id);
-        self.insert_event(id, payload.kind(), &payload.to_json(), &now)
-    }
-
-    fn touch(&mut self, id: SessionId) -> Result<()> {
-        let now = self.clock.now_string();
-        let changed = self.tx.execute(
-            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
-            &[&id.as_uuid(), &now],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::SessionNotFound(id));
-        }
-        Ok(())
-    }
-
-    pub(super) fn session(&mut self, id: SessionId) -> Result<SessionRow> {
-        self.lock_session(id)?;
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
-        match self.tx.query_opt(&sql, &[&id.as_uuid()])? {
-            Some(r) => session_row(&r),
-            None => Err(StoreError::SessionNotFound(id)),
-        }
-    }
-
-    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
-        self.lock_if_exists(id)?;
-        let seq: i64 = self
-            .tx
-            // One subquery per partial index (V1 compactions, V4 rewinds): `kind IN (both)`
-            // matches neither, and the planner scanned the table.
-            .query_typed_one(
-                "SELECT COALESCE(GREATEST(
-                     (SELECT MAX(seq) FROM session_events
-                      WHERE session_id = $1 AND kind = 'compaction_applied'),
-                     (SELECT MAX(seq) FROM session_events
-                      WHERE session_id = $1 AND kind = 'rewind')), 0)",
-                &[typed(&id.as_uuid(), Type::UUID)],
-            )?
-            .try_get(0)?;
-        as_seq(seq)
-    }
-
-    pub(super) fn last_seq(&mut self, id: SessionId) -> Result<u64> {
-        self.lock_if_exists(id)?;
-        let seq: i64 = self
-            .tx
-            .query_one(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
-                &[&id.as_uuid()],
-            )?
-            .try_get(0)?;
-        as_seq(seq)
-    }
-
-    pub(super) fn exists(&mut self, id: SessionId) -> Result<bool> {
-        self.lock_if_exists(id)
-    }
-
     /// The session's events after `after_seq`, oldest first, at most `limit`.
-    pub(super) fn events_after(
+    pub(super) fn events_from(
         &mut self,
         id: SessionId,
         after_seq: u64,
@@ -153,61 +76,6 @@ impl<'t> PgWriter<'t> {
             .tx
             .query(&sql, &[&id.as_uuid(), &to_i64(after_seq)?, &limit])?;
         rows.iter().map(event_row).collect()
-    }
-
-    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        rules::extend_imported(self, id, events)
-    }
-
-    /// Deletes the session's events and cache row at once: PostgreSQL has no single
-    /// writer for a long delete to hold up. Ledger rows stay.
-    fn delete_session(&mut self, id: SessionId) -> Result<()> {
-        self.lock_session(id)?;
-        self.tx.execute(
-            "DELETE FROM session_events WHERE session_id = $1",
-            &[&id.as_uuid()],
-        )?;
-        self.tx
-            .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_uuid()])?;
-        self.locked.remove(&id);
-        Ok(())
-    }
-
-    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
-        let now = self.clock.now_string();
-        let session = e.session_id.map(|s| s.as_uuid());
-        let numbers = [
-            to_i64(e.usage.input_tokens)?,
-            to_i64(e.usage.output_tokens)?,
-            to_i64(e.usage.cache_read_tokens)?,
-            to_i64(e.usage.cache_write_tokens)?,
-            to_i64(e.latency_ms)?,
-        ];
-        let params: [&(dyn ToSql + Sync); 12] = [
-            &session,
-            &e.purpose.as_str(),
-            &e.provider,
-            &e.model,
-            &numbers[0],
-            &numbers[1],
-            &numbers[2],
-            &numbers[3],
-            &numbers[4],
-            &e.status.as_str(),
-            &e.error_code,
-            &now,
-        ];
-        Ok(self
-            .tx
-            .query_one(
-                "INSERT INTO ledger (session_id, purpose, provider, model, input_tokens,
-                     output_tokens, cache_read_tokens, cache_write_tokens, latency_ms, status,
-                     error_code, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::timestamptz)
-                 RETURNING id",
-                &params,
-            )?
-            .try_get(0)?)
     }
 
     /// Locks the session's row for this transaction (appends to it queue here), or says
@@ -340,7 +208,25 @@ impl WriteTxn for PgWriter<'_> {
         rules::create_session(self, title, system)
     }
     fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
-        PgWriter::append(self, id, payload)
+        if matches!(payload, Payload::SessionStarted(_)) {
+            return Err(StoreError::Refused(
+                "session_started is written only when a session is created",
+            ));
+        }
+        let now = self.clock.now_string();
+        let effect = payload.cache_effect();
+        if self.locked.contains(&id) {
+            let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+            self.apply_cache_effect(id, &effect, &now)?;
+            return Ok(event);
+        }
+        // Updating the cache row first locks it as `SELECT … FOR UPDATE` would (the insert
+        // after it sees every append committed before): one round trip fewer.
+        if !self.apply_cache_effect(id, &effect, &now)? {
+            self.lock_session(id)?;
+        }
+        self.locked.insert(id);
+        self.insert_event(id, payload.kind(), &payload.to_json(), &now)
     }
     fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
         rules::rename(self, id, title, by)
@@ -349,37 +235,82 @@ impl WriteTxn for PgWriter<'_> {
         rules::set_archived(self, id, archived)
     }
     fn touch(&mut self, id: SessionId) -> Result<()> {
-        PgWriter::touch(self, id)
+        let now = self.clock.now_string();
+        let changed = self.tx.execute(
+            "UPDATE sessions SET updated_at = $2::text::timestamptz WHERE id = $1",
+            &[&id.as_uuid(), &now],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        Ok(())
     }
     fn session(&mut self, id: SessionId) -> Result<SessionRow> {
-        PgWriter::session(self, id)
+        self.lock_session(id)?;
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
+        match self.tx.query_opt(&sql, &[&id.as_uuid()])? {
+            Some(r) => session_row(&r),
+            None => Err(StoreError::SessionNotFound(id)),
+        }
     }
     fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
-        PgWriter::newest_shaping_seq(self, id)
+        self.lock_if_exists(id)?;
+        let seq: i64 = self
+            .tx
+            // One subquery per partial index (V1 compactions, V4 rewinds): `kind IN (both)`
+            // matches neither, and the planner scanned the table.
+            .query_typed_one(
+                "SELECT COALESCE(GREATEST(
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'compaction_applied'),
+                     (SELECT MAX(seq) FROM session_events
+                      WHERE session_id = $1 AND kind = 'rewind')), 0)",
+                &[typed(&id.as_uuid(), Type::UUID)],
+            )?
+            .try_get(0)?;
+        as_seq(seq)
     }
     fn last_seq(&mut self, id: SessionId) -> Result<u64> {
-        PgWriter::last_seq(self, id)
+        self.lock_if_exists(id)?;
+        let seq: i64 = self
+            .tx
+            .query_one(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events WHERE session_id = $1",
+                &[&id.as_uuid()],
+            )?
+            .try_get(0)?;
+        as_seq(seq)
     }
     fn exists(&mut self, id: SessionId) -> Result<bool> {
-        PgWriter::exists(self, id)
+        self.lock_if_exists(id)
     }
     fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
-        PgWriter::events_after(self, id, 0, None)
+        self.events_from(id, 0, None)
     }
     fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
-        PgWriter::events_after(self, id, after_seq, None)
+        self.events_from(id, after_seq, None)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
         rules::import_session(self, id, events)
     }
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        PgWriter::extend_imported(self, id, events)
+        rules::extend_imported(self, id, events)
     }
+    /// Deletes the session's events and cache row at once: PostgreSQL has no single
+    /// writer for a long delete to hold up. Ledger rows stay.
     fn delete_session(&mut self, id: SessionId) -> Result<()> {
-        PgWriter::delete_session(self, id)
+        self.lock_session(id)?;
+        self.tx.execute(
+            "DELETE FROM session_events WHERE session_id = $1",
+            &[&id.as_uuid()],
+        )?;
+        self.tx
+            .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_uuid()])?;
+        self.locked.remove(&id);
+        Ok(())
     }
     fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        PgWriter::edit(self, id, edited_seq, text)
+        rules::edit(self, id, edited_seq, text)
     }
     fn fork(
         &mut self,
@@ -388,10 +319,43 @@ impl WriteTxn for PgWriter<'_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        PgWriter::fork(self, source, through, active, upto)
+        rules::fork(self, source, through, active, upto)
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
-        PgWriter::record_call(self, e)
+        let now = self.clock.now_string();
+        let session = e.session_id.map(|s| s.as_uuid());
+        let numbers = [
+            to_i64(e.usage.input_tokens)?,
+            to_i64(e.usage.output_tokens)?,
+            to_i64(e.usage.cache_read_tokens)?,
+            to_i64(e.usage.cache_write_tokens)?,
+            to_i64(e.latency_ms)?,
+        ];
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &session,
+            &e.purpose.as_str(),
+            &e.provider,
+            &e.model,
+            &numbers[0],
+            &numbers[1],
+            &numbers[2],
+            &numbers[3],
+            &numbers[4],
+            &e.status.as_str(),
+            &e.error_code,
+            &now,
+        ];
+        Ok(self
+            .tx
+            .query_one(
+                "INSERT INTO ledger (session_id, purpose, provider, model, input_tokens,
+                     output_tokens, cache_read_tokens, cache_write_tokens, latency_ms, status,
+                     error_code, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::timestamptz)
+                 RETURNING id",
+                &params,
+            )?
+            .try_get(0)?)
     }
     fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
         self.tx.execute(
