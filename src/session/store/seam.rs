@@ -20,7 +20,7 @@ use super::ledger::{LedgerEntry, UsageReport};
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
 pub use super::mark::AttemptMark;
 use super::pg::PgStore;
-use super::{OlderSchema, Result, SessionRow, SqliteStore, SqliteWriter, StoreError, StoreOptions};
+use super::{OlderSchema, Result, SessionRow, SqliteStore, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
 use crate::session::projection::page::Page;
@@ -547,69 +547,6 @@ impl Backend for SqliteStore {
     }
     fn as_sqlite(&self) -> Option<&SqliteStore> {
         Some(self)
-    }
-}
-
-impl WriteTxn for SqliteWriter<'_> {
-    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        SqliteWriter::create_session(self, title, system)
-    }
-    fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
-        SqliteWriter::append(self, id, payload)
-    }
-    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        SqliteWriter::rename(self, id, title, by)
-    }
-    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        SqliteWriter::set_archived(self, id, archived)
-    }
-    fn touch(&mut self, id: SessionId) -> Result<()> {
-        SqliteWriter::touch(self, id)
-    }
-    fn session(&mut self, id: SessionId) -> Result<SessionRow> {
-        SqliteWriter::session(self, id)
-    }
-    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
-        SqliteWriter::newest_shaping_seq(self, id)
-    }
-    fn last_seq(&mut self, id: SessionId) -> Result<u64> {
-        SqliteWriter::last_seq(self, id)
-    }
-    fn exists(&mut self, id: SessionId) -> Result<bool> {
-        SqliteWriter::exists(self, id)
-    }
-    fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
-        SqliteWriter::events(self, id)
-    }
-    fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
-        SqliteWriter::events_after(self, id, after_seq)
-    }
-    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        SqliteWriter::import_session(self, id, events)
-    }
-    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        SqliteWriter::extend_imported(self, id, events)
-    }
-    fn delete_session(&mut self, id: SessionId) -> Result<()> {
-        SqliteWriter::delete_session(self, id)
-    }
-    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        SqliteWriter::edit(self, id, edited_seq, text)
-    }
-    fn fork(
-        &mut self,
-        source: SessionId,
-        through: Option<u64>,
-        active: Option<(u64, u32)>,
-        upto: u64,
-    ) -> Result<SessionRow> {
-        SqliteWriter::fork(self, source, through, active, upto)
-    }
-    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
-        SqliteWriter::record_call(self, e)
-    }
-    fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
-        SqliteWriter::questions_checked(self, id, through)
     }
 }
 

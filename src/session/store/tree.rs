@@ -6,31 +6,11 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::read::{events_after, shaping_events};
-use super::{Result, SessionRow, SqliteWriter};
+use super::{Result, SqliteWriter};
 use crate::session::events::{CacheEffect, Event, SessionId};
 
 /// Appended to a source's title to name its fork.
 pub const FORK_TITLE_SUFFIX: &str = " (fork)";
-
-impl SqliteWriter<'_> {
-    /// Edits the user message at `edited_seq` (see [`super::rules::edit`], shared with the
-    /// PostgreSQL store).
-    pub fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        super::rules::edit(self, id, edited_seq, text)
-    }
-
-    /// Forks `source` into a new session (see [`super::rules::fork`], shared with the
-    /// PostgreSQL store).
-    pub fn fork(
-        &mut self,
-        source: SessionId,
-        through: Option<u64>,
-        active: Option<(u64, u32)>,
-        upto: u64,
-    ) -> Result<SessionRow> {
-        super::rules::fork(self, source, through, active, upto)
-    }
-}
 
 impl super::rules::Rows for SqliteWriter<'_> {
     fn now(&self) -> String {

@@ -3,6 +3,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::ledger::LedgerEntry;
+use super::seam::WriteTxn;
 use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
 use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy, kind};
@@ -26,140 +28,9 @@ impl<'a> SqliteWriter<'a> {
         self.clock
     }
 
-    /// Renames a session (see [`super::rules::rename`]).
-    pub fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        super::rules::rename(self, id, title, by)
-    }
-
-    /// Archives or unarchives a session (see [`super::rules::set_archived`]).
-    pub fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        super::rules::set_archived(self, id, archived)
-    }
-
-    /// Creates a session and its `session_started` event (see
-    /// [`super::rules::create_session`]).
-    pub fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        super::rules::create_session(self, title, system)
-    }
-
-    /// Appends one event with the next seq, updating the session's cache row.
-    /// `session_started` is refused: only [`Writer::create_session`] writes it.
-    pub fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
-        if matches!(payload, Payload::SessionStarted(_)) {
-            return Err(StoreError::Refused(
-                "session_started is written only when a session is created",
-            ));
-        }
-        self.require_session(id)?;
-        let now = self.clock.now_string();
-        let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
-        self.apply_cache_effect(id, &payload.cache_effect(), &now)?;
-        Ok(event)
-    }
-
-    /// Moves the session's `updated_at` to now: an attempt's end whose last event is a
-    /// checkpoint (checkpoints alone do not move it, SPEC §6).
-    pub fn touch(&mut self, id: SessionId) -> Result<()> {
-        let now = self.clock.now_string();
-        let changed = self
-            .conn
-            .prepare_cached(
-                "UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
-            )?
-            .execute(params![id.to_string(), now])?;
-        if changed == 0 {
-            return Err(StoreError::SessionNotFound(id));
-        }
-        Ok(())
-    }
-
-    /// The session's cache row, as of this transaction.
-    pub fn session(&self, id: SessionId) -> Result<SessionRow> {
-        self.conn
-            .prepare_cached(
-                "SELECT id, title, archived, system, created_at, updated_at
-                 FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
-            )?
-            .query_row([id.to_string()], super::read::session_row)
-            .optional()?
-            .ok_or(StoreError::SessionNotFound(id))?
-    }
-
-    /// The seq of the session's newest `compaction_applied` or `rewind` (0 without one):
-    /// what a compaction compares before it appends. Either one changes which events the
-    /// context holds, so a plan made before it is stale (an edit during a post-persist
-    /// compaction must not get a summary of the branch it abandoned).
-    pub fn newest_shaping_seq(&self, id: SessionId) -> Result<u64> {
-        let mut newest = 0;
-        for k in [kind::COMPACTION_APPLIED, kind::REWIND] {
-            let seq: u64 = self
-                .conn
-                .prepare_cached(
-                    "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                     WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = ?2",
-                )?
-                .query_row(params![id.to_string(), k], |r| r.get(0))?;
-            newest = newest.max(seq);
-        }
-        Ok(newest)
-    }
-
-    /// The session's newest seq (0 if it has no events, which a valid session never does).
-    pub fn last_seq(&self, id: SessionId) -> Result<u64> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
-            )?
-            .query_row([id.to_string()], |r| r.get(0))?)
-    }
-
-    /// Imports a whole session's log as another database wrote it (export): kinds,
-    /// payloads and timestamps are kept byte for byte, unknown kinds included. The seqs
-    /// must be 1..n with `session_started` first; the cache row is derived from the
-    /// events, as appends would have derived it.
-    ///
-    /// An id whose session was deleted and still waits for its purge is free: the old
-    /// events are purged first, in this transaction (an import is one deliberate
-    /// transaction already; the new session must not inherit them).
-    pub fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::rules::import_session(self, id, events)
-    }
-
-    /// Whether the session exists, as of this transaction.
-    pub fn exists(&self, id: SessionId) -> Result<bool> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND deleted_at IS NULL)",
-            )?
-            .query_row([id.to_string()], |r| r.get(0))?)
-    }
-
-    /// Every event of the session, as of this transaction.
-    pub fn events(&self, id: SessionId) -> Result<Vec<Event>> {
-        // A deleted session waiting for its purge has no events, as one never created.
-        if !self.exists(id)? {
-            return Ok(Vec::new());
-        }
-        super::read::events_after(self.conn, id, 0, None)
-    }
-
-    /// The session's events after `after_seq` (the one writer: nobody appends meanwhile).
-    pub fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
-        super::read::events_after(self.conn, id, after_seq, None)
-    }
-
-    /// Appends events an import made (see [`super::rules::extend_imported`], shared with
-    /// the PostgreSQL store).
-    pub fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::rules::extend_imported(self, id, events)
-    }
-
     /// Refuses a missing or deleted session.
-    pub(super) fn require_session(&self, id: SessionId) -> Result<()> {
-        if self.exists(id)? {
+    pub(super) fn require_session(&mut self, id: SessionId) -> Result<()> {
+        if WriteTxn::exists(self, id)? {
             Ok(())
         } else {
             Err(StoreError::SessionNotFound(id))
@@ -226,19 +97,6 @@ impl<'a> SqliteWriter<'a> {
     }
 }
 
-impl SqliteWriter<'_> {
-    /// Removes what the session filed for the restart recovery up to `through` (V16).
-    pub fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
-        self.conn
-            .prepare_cached(
-                "DELETE FROM questions_to_check
-                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq <= ?2",
-            )?
-            .execute(params![id.to_string(), through])?;
-        Ok(())
-    }
-}
-
 impl Store {
     /// Creates a session with its `session_started` event.
     pub fn create_session(&self, title: Option<String>, system: String) -> Result<SessionRow> {
@@ -258,5 +116,142 @@ impl Store {
     /// Archives or unarchives a session (see [`Writer::set_archived`]).
     pub fn set_archived(&self, id: SessionId, archived: bool) -> Result<SessionRow> {
         self.write(|w| w.set_archived(id, archived))
+    }
+}
+
+/// The write transaction's operations on SQLite (the rules they share with PostgreSQL are
+/// in [`super::rules`]).
+impl WriteTxn for SqliteWriter<'_> {
+    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
+        super::rules::create_session(self, title, system)
+    }
+    /// Appends one event with the next seq, updating the session's cache row.
+    /// `session_started` is refused: only [`Writer::create_session`] writes it.
+    fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
+        if matches!(payload, Payload::SessionStarted(_)) {
+            return Err(StoreError::Refused(
+                "session_started is written only when a session is created",
+            ));
+        }
+        self.require_session(id)?;
+        let now = self.clock.now_string();
+        let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+        self.apply_cache_effect(id, &payload.cache_effect(), &now)?;
+        Ok(event)
+    }
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        super::rules::rename(self, id, title, by)
+    }
+    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        super::rules::set_archived(self, id, archived)
+    }
+    /// Moves the session's `updated_at` to now: an attempt's end whose last event is a
+    /// checkpoint (checkpoints alone do not move it, SPEC §6).
+    fn touch(&mut self, id: SessionId) -> Result<()> {
+        let now = self.clock.now_string();
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
+            )?
+            .execute(params![id.to_string(), now])?;
+        if changed == 0 {
+            return Err(StoreError::SessionNotFound(id));
+        }
+        Ok(())
+    }
+    /// The session's cache row, as of this transaction.
+    fn session(&mut self, id: SessionId) -> Result<SessionRow> {
+        self.conn
+            .prepare_cached(
+                "SELECT id, title, archived, system, created_at, updated_at
+                 FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
+            )?
+            .query_row([id.to_string()], super::read::session_row)
+            .optional()?
+            .ok_or(StoreError::SessionNotFound(id))?
+    }
+    /// The seq of the session's newest `compaction_applied` or `rewind` (0 without one):
+    /// what a compaction compares before it appends. Either one changes which events the
+    /// context holds, so a plan made before it is stale (an edit during a post-persist
+    /// compaction must not get a summary of the branch it abandoned).
+    fn newest_shaping_seq(&mut self, id: SessionId) -> Result<u64> {
+        let mut newest = 0;
+        for k in [kind::COMPACTION_APPLIED, kind::REWIND] {
+            let seq: u64 = self
+                .conn
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                     WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind = ?2",
+                )?
+                .query_row(params![id.to_string(), k], |r| r.get(0))?;
+            newest = newest.max(seq);
+        }
+        Ok(newest)
+    }
+    /// The session's newest seq (0 if it has no events, which a valid session never does).
+    fn last_seq(&mut self, id: SessionId) -> Result<u64> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) FROM session_events
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
+            )?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+    /// Whether the session exists, as of this transaction.
+    fn exists(&mut self, id: SessionId) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND deleted_at IS NULL)",
+            )?
+            .query_row([id.to_string()], |r| r.get(0))?)
+    }
+    /// Every event of the session, as of this transaction.
+    fn events(&mut self, id: SessionId) -> Result<Vec<Event>> {
+        // A deleted session waiting for its purge has no events, as one never created.
+        if !self.exists(id)? {
+            return Ok(Vec::new());
+        }
+        super::read::events_after(self.conn, id, 0, None)
+    }
+    /// The session's events after `after_seq` (the one writer: nobody appends meanwhile).
+    fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
+        super::read::events_after(self.conn, id, after_seq, None)
+    }
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        super::rules::import_session(self, id, events)
+    }
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        super::rules::extend_imported(self, id, events)
+    }
+    fn delete_session(&mut self, id: SessionId) -> Result<()> {
+        SqliteWriter::delete_session(self, id)
+    }
+    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+        super::rules::edit(self, id, edited_seq, text)
+    }
+    fn fork(
+        &mut self,
+        source: SessionId,
+        through: Option<u64>,
+        active: Option<(u64, u32)>,
+        upto: u64,
+    ) -> Result<SessionRow> {
+        super::rules::fork(self, source, through, active, upto)
+    }
+    fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
+        SqliteWriter::record_call(self, e)
+    }
+    /// Removes what the session filed for the restart recovery up to `through` (V16).
+    fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM questions_to_check
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq <= ?2",
+            )?
+            .execute(params![id.to_string(), through])?;
+        Ok(())
     }
 }
