@@ -45,6 +45,37 @@ pub struct SessionPage {
     pub next: Option<Cursor>,
 }
 
+impl SessionPage {
+    /// The page of `rows` fetched one past `limit` (the extra row says more follow) after
+    /// `before`, for either store. The next cursor is its last row's pair, strictly after
+    /// `before`: a cursor that stood still would page forever, so one is a bug (asserted).
+    pub fn from_fetched(
+        mut rows: Vec<SessionRow>,
+        limit: u32,
+        before: Option<&Cursor>,
+    ) -> SessionPage {
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let next = match rows.last() {
+            Some(last) if more => Some(Cursor {
+                updated_at: last.updated_at.clone(),
+                id: last.id,
+            }),
+            _ => None,
+        };
+        if let (Some(next), Some(before)) = (&next, before) {
+            assert!(
+                (next.updated_at.as_str(), next.id) < (before.updated_at.as_str(), before.id),
+                "the session list's cursor must move: {next:?} is not after {before:?}"
+            );
+        }
+        SessionPage {
+            sessions: rows,
+            next,
+        }
+    }
+}
+
 /// How a search query is written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Syntax {
@@ -157,19 +188,7 @@ impl SqliteStore {
         for row in stmt.query_map(params_from_iter(args), session_row)? {
             rows.push(row??);
         }
-        let more = rows.len() > q.limit as usize;
-        rows.truncate(q.limit as usize);
-        let next = match rows.last() {
-            Some(last) if more => Some(Cursor {
-                updated_at: last.updated_at.clone(),
-                id: last.id,
-            }),
-            _ => None,
-        };
-        Ok(SessionPage {
-            sessions: rows,
-            next,
-        })
+        Ok(SessionPage::from_fetched(rows, q.limit, q.before.as_ref()))
     }
 
     /// Messages, answers, partials, summaries and titles matching a query, best first.
@@ -341,6 +360,46 @@ fn as_bad_query(e: StoreError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(updated_at: &str) -> SessionRow {
+        SessionRow {
+            id: SessionId::generate(),
+            title: None,
+            archived: false,
+            system: String::new(),
+            created_at: updated_at.into(),
+            updated_at: updated_at.into(),
+        }
+    }
+
+    fn cursor_of(r: &SessionRow) -> Cursor {
+        Cursor {
+            updated_at: r.updated_at.clone(),
+            id: r.id,
+        }
+    }
+
+    #[test]
+    fn a_page_goes_on_only_past_its_limit_from_its_last_row() {
+        let rows = vec![row("2026-12-03"), row("2026-12-02"), row("2026-12-01")];
+        let page = SessionPage::from_fetched(rows.clone(), 2, None);
+        assert_eq!(page.sessions, rows[..2]);
+        assert_eq!(page.next, Some(cursor_of(&rows[1])));
+        let before = Cursor {
+            updated_at: "2026-12-04".into(),
+            id: rows[0].id,
+        };
+        let last = SessionPage::from_fetched(rows.clone(), 3, Some(&before));
+        assert_eq!((last.sessions.len(), last.next), (3, None));
+    }
+
+    #[test]
+    #[should_panic(expected = "cursor must move")]
+    fn a_cursor_that_would_stand_still_is_a_bug() {
+        let rows = vec![row("2026-12-03"), row("2026-12-02")];
+        // A store that returned the cursor's own row again would page forever.
+        SessionPage::from_fetched(rows.clone(), 1, Some(&cursor_of(&rows[0])));
+    }
 
     /// Every shape of the list statement, on a real schema: it prepares and seeks an index;
     /// without a text query it needs no sort (the keyset is read in order). With one, the

@@ -32,7 +32,7 @@ use super::rows::{session_row, to_i64};
 use super::snippet::{
     self, MAX_QUERY_NODES, Term, capped, clean_websearch, plain_terms, tsquery_terms,
 };
-use crate::session::cursor::{ArchivedFilter, Cursor};
+use crate::session::cursor::ArchivedFilter;
 use crate::session::events::SessionId;
 use crate::session::projection::is_abandoned;
 use crate::session::store::{
@@ -218,17 +218,12 @@ pub fn list_sessions(c: &mut impl GenericClient, q: &ListQuery) -> Result<Sessio
         (_, None) => c.query(LIST_FILTERED, &[&at, &id, &fetch, &archived])?,
         (_, Some(t)) => c.query(LIST_FILTERED_MATCHING, &[&at, &id, &fetch, &archived, t])?,
     };
-    let mut sessions = rows.iter().map(session_row).collect::<Result<Vec<_>>>()?;
-    let more = sessions.len() > q.limit as usize;
-    sessions.truncate(q.limit as usize);
-    let next = match sessions.last() {
-        Some(last) if more => Some(Cursor {
-            updated_at: last.updated_at.clone(),
-            id: last.id,
-        }),
-        _ => None,
-    };
-    Ok(SessionPage { sessions, next })
+    let sessions = rows.iter().map(session_row).collect::<Result<Vec<_>>>()?;
+    Ok(SessionPage::from_fetched(
+        sessions,
+        q.limit,
+        q.before.as_ref(),
+    ))
 }
 
 /// Messages, answers, partials, summaries and titles matching a query, best first (or
