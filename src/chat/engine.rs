@@ -391,7 +391,13 @@ impl Engine {
         turn.hold(claim, last_seq);
         // Ended attempts are kept for `/live` only so long.
         turns.retain(|_, t| t.ended_ago().is_none_or(|ago| ago < LIVE_RETENTION));
-        turns.insert(turn.session_id, Arc::clone(&turn));
+        let replaced = turns.insert(turn.session_id, Arc::clone(&turn));
+        // One attempt per session (I7): `admit` refused while one runs, under this lock.
+        assert!(
+            replaced.is_none_or(|t| t.is_done()),
+            "{}: a second attempt replaced a running one",
+            turn.session_id
+        );
         let subscription = turn.subscribe();
         let (inner, running) = (Arc::clone(&self.inner), Arc::clone(&turn));
         let spawned = if self.inner.settings.fault == Some(Fault::NoThreadForAttempt) {
