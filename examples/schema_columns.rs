@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use brain::session::store::schema;
+use brain::session::store::sqlite::schema;
 use brain::session::{Store, StoreOptions};
 
 fn main() -> ExitCode {

@@ -162,7 +162,7 @@ pub fn ensure(out: &Path, sessions: u64, events: u64, seed: u64) -> Res<Params> 
     let store = Store::open(out, StoreOptions::default())?;
     let params = Params {
         long_session: long_session.to_string(),
-        schema_at_build: brain::session::store::schema::latest_version(),
+        schema_at_build: brain::session::store::sqlite::schema::latest_version(),
         build_seconds: started.elapsed().as_secs_f64(),
         ..wanted
     };

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use brain::session::store::purge::PURGE_BATCH_EVENTS;
+use brain::session::store::sqlite::purge::PURGE_BATCH_EVENTS;
 use brain::session::store::{Checkpoints, ListQuery};
 use brain::session::{Payload, SessionId, Store, StoreOptions, SyncMode};
 
@@ -168,12 +168,7 @@ fn appends_under_load(sync: SyncMode, mode: Checkpoints, appends: usize, round: 
         ms(max),
         match mode {
             Checkpoints::OnCommit => "(inside commits: see max)".to_string(),
-            Checkpoints::Background => format!(
-                "{:.2}",
-                ms(store
-                    .as_sqlite()
-                    .map_or(Default::default(), |s| s.longest_checkpoint_hold()))
-            ),
+            Checkpoints::Background => format!("{:.2}", ms(store.longest_checkpoint_hold())),
         }
     );
     Ok(())
@@ -237,10 +232,7 @@ fn delete_holds(events: usize) -> Res<()> {
         store.stop_maintenance();
         store.delete_session(id)?;
         let started = Instant::now();
-        let longest = store
-            .as_sqlite()
-            .ok_or("the writer bench runs on SQLite")?
-            .purge_pending(batch)?;
+        let longest = store.purge_pending(batch)?;
         let whole = started.elapsed();
         let (label, transactions) = if batch == one_transaction {
             ("one transaction (before)".to_string(), 1)

@@ -27,7 +27,7 @@ pub use args::*;
 use crate::config;
 use crate::session::events::BadSessionId;
 use crate::session::store::coord::Coordinator;
-use crate::session::store::{self, OlderSchema, schema};
+use crate::session::store::{self, OlderSchema};
 use crate::session::{Store, StoreError, StoreOptions, SyncMode};
 
 /// Why a command failed.
@@ -248,7 +248,7 @@ fn migrate(db: Option<PathBuf>, sync: SyncMode, out: &mut dyn Write) -> Result<(
         out,
         "{}: schema at version {}",
         store.path().display(),
-        schema::latest_version()
+        store.schema_version()
     )?;
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use brain::session::store::maintenance::{CHECKPOINT_INTERVAL, WAL_IDLE};
+use brain::session::store::sqlite::maintenance::{CHECKPOINT_INTERVAL, WAL_IDLE};
 
 use crate::support::*;
 

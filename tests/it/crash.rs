@@ -108,7 +108,7 @@ fn sigkill_at_random_moments_loses_nothing_committed() {
 /// Kills that land after the first background checkpoint is due, some during one.
 #[test]
 fn sigkill_while_checkpoints_run_loses_nothing_committed() {
-    let first = brain::session::store::maintenance::CHECKPOINT_INTERVAL.as_millis() as u64;
+    let first = brain::session::store::sqlite::maintenance::CHECKPOINT_INTERVAL.as_millis() as u64;
     kill_rounds(KILLS_DURING_CHECKPOINTS, first + 100, 1_500);
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use brain::session::store::schema;
+use brain::session::store::sqlite::schema;
 use brain::session::{Store, StoreError, StoreOptions};
 
 use crate::support::TempDb;

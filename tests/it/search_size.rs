@@ -4,7 +4,8 @@
 
 use brain::session::events::{AssistantTurn, PendingState};
 use brain::session::projection::ui_transcript;
-use brain::session::store::{SearchOrder, SearchQuery, schema};
+use brain::session::store::sqlite::schema;
+use brain::session::store::{SearchOrder, SearchQuery};
 use brain::session::{Payload, SessionId, Store};
 
 use crate::support::{PURGE_DEADLINE, TempDb, user, wait_for};

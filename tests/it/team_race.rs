@@ -91,6 +91,9 @@ impl Backend for Hooked {
     fn is_read_only(&self) -> bool {
         self.log.is_read_only()
     }
+    fn schema_version(&self) -> i64 {
+        self.log.schema_version()
+    }
 }
 
 #[test]

@@ -14,8 +14,8 @@
 
 use std::collections::HashSet;
 
-use super::StoreError;
 use crate::session::events::SessionId;
+use crate::session::store::error::StoreError;
 
 /// What one server asks of the one running a session's attempt.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -5,13 +5,16 @@
 //! and each store supplies those ([`Rows`]).
 
 use super::seam::WriteTxn;
-use super::tree::FORK_TITLE_SUFFIX;
-use super::{Result, SessionRow, StoreError};
 use crate::session::events::{
     CacheEffect, Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId,
     SessionStarted, SessionTitled, TitledBy, UserMessage, kind,
 };
 use crate::session::projection::{check_edit, fork_point};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::SessionRow;
+
+/// Appended to a source's title to name its fork.
+pub const FORK_TITLE_SUFFIX: &str = " (fork)";
 
 /// The row operations a store gives the shared writes, inside its write transaction.
 pub(super) trait Rows: WriteTxn {

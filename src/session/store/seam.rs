@@ -1,6 +1,6 @@
 //! The seam between brain and its database: one [`Store`] whatever runs underneath, SQLite
-//! ([`SqliteStore`], a file) or PostgreSQL ([`PgStore`], a `postgres://` URL), chosen by
-//! what `--db` names ([`DbTarget`]). Projections, compactor, engine, API and import see only
+//! ([`super::SqliteStore`], a file) or PostgreSQL ([`super::PgStore`], a `postgres://`
+//! URL), chosen by what `--db` names ([`super::DbTarget`], in `open.rs`). Projections, compactor, engine, API and import see only
 //! [`Store`] and the write transaction [`Writer`].
 //!
 //! Two object-safe traits, because the two stores share no connection type: [`Backend`]
@@ -12,144 +12,22 @@
 //! before.
 
 use std::path::Path;
-use std::sync::Arc;
-
-use super::coord::{Coordinator, LocalCoordinator};
 
 use super::ledger::{LedgerEntry, UsageReport};
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
 pub use super::mark::AttemptMark;
-use super::pg::PgStore;
-use super::{OlderSchema, Result, SessionRow, SqliteStore, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
 use crate::session::projection::page::Page;
-
-/// What `--db` names: a SQLite file, or a PostgreSQL server by URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DbTarget<'a> {
-    Sqlite(&'a Path),
-    Postgres(&'a str),
-    /// A libpq `key=value` connection string (`host=… dbname=…`): meant for PostgreSQL,
-    /// but brain takes only URLs, and opening it as a SQLite file would name a file after
-    /// its password. Refused ([`KEY_VALUE_REFUSED`]), never echoed.
-    KeyValue,
-    /// Text that starts like a PostgreSQL URL but is not one (`postgres:/db`,
-    /// `postgres//host/db`): a typo, which as a path would quietly make a SQLite file.
-    /// Refused ([`BAD_URL_REFUSED`]), never echoed (it may hold a password).
-    BadUrl,
-}
-
-impl<'a> DbTarget<'a> {
-    /// A `postgres://` or `postgresql://` URL names PostgreSQL; a libpq `key=value` string
-    /// is [`DbTarget::KeyValue`]; anything else is a path.
-    pub fn of(db: &'a Path) -> DbTarget<'a> {
-        match db.to_str() {
-            Some(url) if is_postgres_url(url) => DbTarget::Postgres(url),
-            Some(text) if is_key_value_conninfo(text) => DbTarget::KeyValue,
-            Some(text) if looks_like_a_postgres_url(text) => DbTarget::BadUrl,
-            _ => DbTarget::Sqlite(db),
-        }
-    }
-}
-
-/// What `--db` names, or the refusal of what it cannot name (a key=value string, a
-/// mistyped URL: never echoed, it may hold a password).
-pub fn target(db: &Path) -> Result<DbTarget<'_>> {
-    match DbTarget::of(db) {
-        DbTarget::KeyValue => Err(StoreError::Refused(KEY_VALUE_REFUSED)),
-        DbTarget::BadUrl => Err(StoreError::Refused(BAD_URL_REFUSED)),
-        named => Ok(named),
-    }
-}
-
-/// The file `db` names on this machine (SQLite): where its lock file and its MCP servers'
-/// records lie beside it. `None` for a database server, which has nothing beside it here.
-pub fn db_file(db: &Path) -> Result<Option<&Path>> {
-    Ok(match target(db)? {
-        DbTarget::Sqlite(path) => Some(path),
-        _ => None,
-    })
-}
-
-/// How this process shares the database `db` names with other servers: through
-/// PostgreSQL on a URL (SPEC §16: claims, `/stop` and answers across servers), else alone
-/// (the lock file of §12 keeps every other writer out). The one place that decides, so
-/// the engine and the commands never look at what `--db` names.
-pub fn coordinator(db: &Path) -> Result<Arc<dyn Coordinator>> {
-    Ok(match target(db)? {
-        DbTarget::Postgres(url) => Arc::new(PgStore::coordinator(url)?),
-        _ => Arc::new(LocalCoordinator),
-    })
-}
-
-/// The refusal of `brain backup` on a database server.
-pub const SERVER_BACKUP_REFUSED: &str = "brain backup copies a SQLite file; back up PostgreSQL \
-     with pg_dump (for example `pg_dump --format=custom --file=brain.dump URL`)";
-
-/// The refusal of a libpq `key=value` string as `--db` (it never repeats the string: it
-/// may hold a password).
-pub const KEY_VALUE_REFUSED: &str = "--db looks like a PostgreSQL key=value connection string; \
-     brain takes a URL instead: postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?sslmode=…] \
-     (or set BRAIN_DB to one)";
-
-/// The refusal of a mistyped PostgreSQL URL as `--db`.
-pub const BAD_URL_REFUSED: &str = "--db starts like a PostgreSQL URL but is not one; write it \
-     as postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME (two slashes after the colon)";
-
-/// Whether `db` begins with `postgres` or `postgresql` followed by `:` or `/` (any case):
-/// what a PostgreSQL URL with a typo looks like. A real file of that name would need a
-/// directory called `postgres:` or `postgres`; write it `./postgres/…` to mean the file.
-fn looks_like_a_postgres_url(db: &str) -> bool {
-    let lower = db.get(..11).unwrap_or(db).to_ascii_lowercase();
-    ["postgresql", "postgres"].iter().any(|scheme| {
-        lower
-            .strip_prefix(scheme)
-            .is_some_and(|rest| rest.starts_with(':') || rest.starts_with('/'))
-    })
-}
-
-/// libpq's connection keywords that a `key=value` string names its server with.
-const LIBPQ_KEYWORDS: [&str; 12] = [
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "passfile",
-    "sslmode",
-    "service",
-    "options",
-    "application_name",
-    "connect_timeout",
-];
-
-/// Whether `db` is a libpq `key=value` connection string: some `=` follows one of
-/// [`LIBPQ_KEYWORDS`] as a whole word (spaces around the `=` allowed, as libpq allows).
-pub fn is_key_value_conninfo(db: &str) -> bool {
-    db.match_indices('=').any(|(at, _)| {
-        let before = db[..at].trim_end();
-        let word = before
-            .rsplit(|c: char| c.is_whitespace())
-            .next()
-            .unwrap_or("");
-        LIBPQ_KEYWORDS.contains(&word.to_ascii_lowercase().as_str())
-    })
-}
-
-/// Whether `db` is a PostgreSQL URL rather than a file path.
-pub fn is_postgres_url(db: &str) -> bool {
-    let lower = db.get(..13).unwrap_or(db).to_ascii_lowercase();
-    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
-}
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::SessionRow;
 
 /// The open write transaction, handed to the closure given to [`Store::write`]: every
 /// operation runs in it and is committed with it (or none is).
 pub type Writer<'a> = dyn WriteTxn + 'a;
 
 /// What a write transaction can do, on either store. See the SQLite store's
-/// [`SqliteWriter`] for each operation's contract; the PostgreSQL store keeps the same.
+/// [`super::SqliteWriter`] for each operation's contract; the PostgreSQL store keeps the same.
 pub trait WriteTxn {
     /// Creates a session and its `session_started` event (seq 1) together.
     fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow>;
@@ -248,6 +126,9 @@ pub trait Backend: Send + Sync {
     fn path(&self) -> &Path;
     fn clock(&self) -> &Clock;
     fn is_read_only(&self) -> bool;
+    /// The newest schema version this binary knows for this database's dialect (what an
+    /// open that migrates brings it to).
+    fn schema_version(&self) -> i64;
 
     // Background maintenance (SQLite's purge of deleted sessions and WAL checkpoints;
     // PostgreSQL deletes at once and checkpoints itself, so these do nothing there).
@@ -259,9 +140,16 @@ pub trait Backend: Send + Sync {
     fn pending_purges(&self) -> Result<usize> {
         Ok(0)
     }
-    /// The SQLite store underneath, for benchmarks of its maintenance.
-    fn as_sqlite(&self) -> Option<&SqliteStore> {
-        None
+    /// The longest a background WAL checkpoint has held the writer so far (SQLite's;
+    /// benchmarks).
+    fn longest_checkpoint_hold(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    /// Purges every deleted session now, on this thread, in batches of `batch` events;
+    /// returns the longest a batch held the writer (SQLite's; benchmarks). PostgreSQL
+    /// deletes at once: nothing waits.
+    fn purge_pending(&self, _batch: i64) -> Result<std::time::Duration> {
+        Ok(std::time::Duration::ZERO)
     }
 }
 
@@ -271,33 +159,6 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database `db` names — a SQLite file, or a
-    /// PostgreSQL URL — and brings its schema up to date. Refuses a database whose schema
-    /// is newer than this binary.
-    pub fn open(db: &Path, options: StoreOptions) -> Result<Store> {
-        Ok(match DbTarget::of(db) {
-            DbTarget::Sqlite(path) => Store::from_backend(SqliteStore::open(path, options)?),
-            DbTarget::Postgres(url) => Store::from_backend(PgStore::open(url, options)?),
-            DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
-            DbTarget::BadUrl => return Err(StoreError::Refused(BAD_URL_REFUSED)),
-        })
-    }
-
-    /// Opens an existing database for reading only: nothing is created, migrated or
-    /// written (see [`SqliteStore::open_read_only`], [`PgStore::open_read_only`]).
-    pub fn open_read_only(db: &Path, options: StoreOptions, older: OlderSchema) -> Result<Store> {
-        Ok(match DbTarget::of(db) {
-            DbTarget::Sqlite(path) => {
-                Store::from_backend(SqliteStore::open_read_only(path, options, older)?)
-            }
-            DbTarget::Postgres(url) => {
-                Store::from_backend(PgStore::open_read_only(url, options, older)?)
-            }
-            DbTarget::KeyValue => return Err(StoreError::Refused(KEY_VALUE_REFUSED)),
-            DbTarget::BadUrl => return Err(StoreError::Refused(BAD_URL_REFUSED)),
-        })
-    }
-
     /// A store on the given backend.
     pub fn from_backend(backend: impl Backend + 'static) -> Store {
         Store {
@@ -318,6 +179,11 @@ impl Store {
     /// Whether this store was opened read-only.
     pub fn is_read_only(&self) -> bool {
         self.backend.is_read_only()
+    }
+
+    /// The newest schema version this binary knows for this database's dialect.
+    pub fn schema_version(&self) -> i64 {
+        self.backend.schema_version()
     }
 
     /// Runs `f` inside one write transaction that is committed before this returns `Ok`.
@@ -464,9 +330,15 @@ impl Store {
         self.backend.pending_purges()
     }
 
-    /// The SQLite store underneath, when it is one (benchmarks of its maintenance).
-    pub fn as_sqlite(&self) -> Option<&SqliteStore> {
-        self.backend.as_sqlite()
+    /// The longest a background WAL checkpoint has held the writer so far (benchmarks).
+    pub fn longest_checkpoint_hold(&self) -> std::time::Duration {
+        self.backend.longest_checkpoint_hold()
+    }
+
+    /// Purges every deleted session now, in batches of `batch` events; returns the
+    /// longest a batch held the writer (benchmarks and tests).
+    pub fn purge_pending(&self, batch: i64) -> Result<std::time::Duration> {
+        self.backend.purge_pending(batch)
     }
 
     /// Records a provider call; returns its ledger id.
@@ -477,152 +349,5 @@ impl Store {
     /// Usage sums for one session (its rows outlive it), or for everything.
     pub fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
         self.backend.usage(session)
-    }
-}
-
-impl Backend for SqliteStore {
-    // One local file: no connection dies under a write, nothing is ever run twice.
-    fn write(&self, _: Rerun, f: &mut dyn FnMut(&mut Writer<'_>) -> Result<()>) -> Result<()> {
-        SqliteStore::write(self, |w| f(w))
-    }
-    fn session(&self, id: SessionId) -> Result<SessionRow> {
-        SqliteStore::session(self, id)
-    }
-    fn last_seq(&self, id: SessionId) -> Result<u64> {
-        SqliteStore::last_seq(self, id)
-    }
-    fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
-        SqliteStore::events(self, id, after_seq, limit)
-    }
-    fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
-        SqliteStore::events_for_context(self, id)
-    }
-    fn transcript_page(
-        &self,
-        id: SessionId,
-        before_seq: u64,
-        limit: usize,
-        active: Option<(u64, u32)>,
-    ) -> Result<Page> {
-        SqliteStore::transcript_page(self, id, before_seq, limit, active)
-    }
-    fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
-        SqliteStore::permission_events(self, id, call_id)
-    }
-    fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
-        SqliteStore::questions_filed(self)
-    }
-    fn session_ids(&self) -> Result<Vec<SessionId>> {
-        SqliteStore::session_ids(self)
-    }
-    fn list_sessions(&self, q: &ListQuery) -> Result<SessionPage> {
-        SqliteStore::list_sessions(self, q)
-    }
-    fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
-        SqliteStore::search(self, q)
-    }
-    fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
-        SqliteStore::usage(self, session)
-    }
-    fn backup_to(&self, target: &Path) -> Result<()> {
-        SqliteStore::backup_to(self, target)
-    }
-    fn path(&self) -> &Path {
-        SqliteStore::path(self)
-    }
-    fn clock(&self) -> &Clock {
-        SqliteStore::clock(self)
-    }
-    fn is_read_only(&self) -> bool {
-        SqliteStore::is_read_only(self)
-    }
-    fn purge_soon(&self) {
-        SqliteStore::purge_soon(self)
-    }
-    fn stop_maintenance(&self) {
-        SqliteStore::stop_maintenance(self)
-    }
-    fn pending_purges(&self) -> Result<usize> {
-        SqliteStore::pending_purges(self)
-    }
-    fn as_sqlite(&self) -> Option<&SqliteStore> {
-        Some(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Second review #7: `postgres:/x`, `postgres:x`, `postgres//host/x` quietly made SQLite
-    /// files (`./postgres:/x`…) and migrated them.
-    #[test]
-    fn a_mistyped_postgres_url_is_refused_without_echoing_it() {
-        for db in [
-            "postgres:/x",
-            "postgres:x",
-            "postgres//127.0.0.1/x",
-            "PostgreSQL:/u:s3cret@h/x",
-            "postgresql:/x",
-        ] {
-            assert_eq!(DbTarget::of(Path::new(db)), DbTarget::BadUrl, "{db}");
-            let e = Store::open(Path::new(db), StoreOptions::default())
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            assert!(e.contains("postgres://"), "{e}");
-            assert!(!e.contains("s3cret"), "{e}");
-        }
-        for db in ["postgres://h/x", "POSTGRESQL://h/x"] {
-            assert!(
-                matches!(DbTarget::of(Path::new(db)), DbTarget::Postgres(_)),
-                "{db}"
-            );
-        }
-        for path in [
-            "postgres.db",
-            "postgresdata/brain.db",
-            "./postgres/brain.db",
-        ] {
-            assert_eq!(
-                DbTarget::of(Path::new(path)),
-                DbTarget::Sqlite(Path::new(path)),
-                "{path}"
-            );
-        }
-    }
-
-    /// Review #8: `host=… password=… dbname=…` became a SQLite file named with the
-    /// password.
-    #[test]
-    fn a_libpq_key_value_string_is_refused_without_echoing_it() {
-        for db in [
-            "host=db.example password=s3cret dbname=brain",
-            "dbname = brain user=me",
-            "PASSWORD=s3cret",
-        ] {
-            assert_eq!(DbTarget::of(Path::new(db)), DbTarget::KeyValue, "{db}");
-            let e = Store::open(Path::new(db), StoreOptions::default())
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            assert!(e.contains("postgres://"), "{e}");
-            assert!(!e.contains("s3cret") && !e.contains("password="), "{e}");
-        }
-        for path in [
-            "brain.db",
-            "/tmp/a=b/brain.db",
-            "data/hostname=x.db",
-            "x.db",
-        ] {
-            assert_eq!(
-                DbTarget::of(Path::new(path)),
-                DbTarget::Sqlite(Path::new(path))
-            );
-        }
-        assert!(matches!(
-            DbTarget::of(Path::new("postgres://me@h/db?password=x")),
-            DbTarget::Postgres(_)
-        ));
     }
 }

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Barrier};
 
 use brain::clock::Clock;
-use brain::session::store::{OlderSchema, schema};
+use brain::session::store::OlderSchema;
+use brain::session::store::sqlite::schema;
 use brain::session::{Store, StoreError};
 
 use super::{Db, new_session, options};

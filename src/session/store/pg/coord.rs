@@ -38,7 +38,7 @@ use postgres::{Client, NoTls};
 use crate::session::events::SessionId;
 use crate::session::store::coord::{Claim, Coordinator, Held};
 pub use crate::session::store::coord::{Kept, Note};
-use crate::session::store::{Result, StoreError};
+use crate::session::store::error::{Result, StoreError};
 
 /// The channel `/stop` requests travel on; the payload is a [`Note::Stop`] as JSON.
 pub const STOP_CHANNEL: &str = "brain_stop";

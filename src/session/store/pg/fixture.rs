@@ -6,7 +6,8 @@ use postgres::{Client, NoTls};
 
 use super::testdb::{TestDb, fresh};
 use crate::session::events::{Event, SessionId};
-use crate::session::store::{LedgerEntry, Store};
+use crate::session::store::ledger::LedgerEntry;
+use crate::session::store::seam::Store;
 
 /// Both stores, holding the same sessions. Fields drop in order: connection, then database.
 pub struct Twin {

@@ -1,10 +1,11 @@
 //! The ledger's usage sums on PostgreSQL: the same report as SQLite's
-//! (`store/ledger.rs`).
+//! (`sqlite/ledger.rs`).
 
 use postgres::GenericClient;
 
 use crate::session::events::SessionId;
-use crate::session::store::{Result, StoreError, UsageReport, UsageTotals};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::ledger::{UsageReport, UsageTotals};
 
 /// `SUM(bigint)` is `numeric` in PostgreSQL: cast back (a sum past bigint is an error, not
 /// a silent wrap). `$1` NULL sums every row; the custom plan folds it away otherwise, so
@@ -31,13 +32,7 @@ pub fn usage(c: &mut impl GenericClient, session: Option<SessionId>) -> Result<U
             cache_read_tokens: n(4)?,
             cache_write_tokens: n(5)?,
         };
-        let total = &mut report.total;
-        total.calls += t.calls;
-        total.input_tokens += t.input_tokens;
-        total.output_tokens += t.output_tokens;
-        total.cache_read_tokens += t.cache_read_tokens;
-        total.cache_write_tokens += t.cache_write_tokens;
-        report.by_purpose.insert(r.try_get(0)?, t);
+        report.add(r.try_get(0)?, t);
     }
     Ok(report)
 }
@@ -46,8 +41,8 @@ pub fn usage(c: &mut impl GenericClient, session: Option<SessionId>) -> Result<U
 mod tests {
     use super::*;
     use crate::session::events::Usage;
+    use crate::session::store::ledger::{CallStatus, LedgerEntry, Purpose};
     use crate::session::store::pg::fixture::twin;
-    use crate::session::store::{CallStatus, LedgerEntry, Purpose};
     use crate::session::testlog::Log;
 
     fn call(session: Option<SessionId>, purpose: Purpose, tokens: u64) -> LedgerEntry {

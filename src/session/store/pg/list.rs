@@ -35,9 +35,9 @@ use super::snippet::{
 use crate::session::cursor::ArchivedFilter;
 use crate::session::events::SessionId;
 use crate::session::projection::is_abandoned;
-use crate::session::store::{
-    ListQuery, RANK_WINDOW, Result, SearchHit, SearchOrder, SearchQuery, SessionPage, StoreError,
-    Syntax,
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::list::{
+    ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax,
 };
 
 /// The first page's cursor: after every real `(updated_at, id)`, so each list statement has

@@ -42,12 +42,14 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::ledger::UsageReport;
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
+use super::schema::{HISTORY_TABLE, newest_of};
 use super::seam::{Backend, Rerun, Writer};
-use super::{OlderSchema, Result, SessionRow, StoreError, StoreOptions};
 use crate::clock::Clock;
 use crate::config;
 use crate::session::events::{Event, SessionId};
 use crate::session::projection::page::Page;
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::{OlderSchema, SessionRow, StoreOptions};
 
 mod embedded {
     refinery::embed_migrations!("migrations/postgres");
@@ -281,6 +283,9 @@ impl Backend for PgStore {
     fn is_read_only(&self) -> bool {
         self.read_only
     }
+    fn schema_version(&self) -> i64 {
+        latest_version()
+    }
 }
 
 /// A read cancelled by `statement_timeout` as [`StoreError::ReadTimeout`]; other errors as
@@ -296,30 +301,19 @@ fn timed_out(e: StoreError) -> StoreError {
 
 /// The newest schema version this binary knows for PostgreSQL.
 pub fn latest_version() -> i64 {
-    embedded::migrations::runner()
-        .get_migrations()
-        .iter()
-        .map(|m| i64::from(m.version()))
-        .max()
-        .unwrap_or(0)
+    newest_of(&embedded::migrations::runner())
 }
 
 /// The schema version recorded in the database, 0 for a new one.
 pub fn current_version(c: &mut Client) -> Result<i64> {
     let has_history: bool = c
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL",
-            &[&super::schema::HISTORY_TABLE],
-        )?
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY_TABLE])?
         .try_get(0)?;
     if !has_history {
         return Ok(0);
     }
     let version: Option<i32> = c
-        .query_one(
-            &format!("SELECT MAX(version) FROM {}", super::schema::HISTORY_TABLE),
-            &[],
-        )?
+        .query_one(&format!("SELECT MAX(version) FROM {}", HISTORY_TABLE), &[])?
         .try_get(0)?;
     Ok(version.map_or(0, i64::from))
 }
@@ -401,19 +395,6 @@ fn tls() -> Result<MakeRustlsConnect> {
     .with_root_certificates(roots)
     .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
-}
-
-/// A PostgreSQL error with its causes: the crate's own text is often only "db error" or
-/// "error performing TLS handshake", the server's message is in its source.
-pub fn detail(e: &postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Whether the URL's query string sets `name`.

@@ -18,7 +18,8 @@ use super::rows::{event_row, session_row, to_i64, typed};
 use crate::session::events::{Decoded, Event, Payload, SessionId};
 use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
 use crate::session::projection::visible_compaction_boundary;
-use crate::session::store::{Result, SessionRow, StoreError};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::SessionRow;
 
 /// [`super::rows::SESSION_COLUMNS`] as a literal, so statements can be `const` (`concat!`
 /// takes literals only); a test keeps the two equal.

@@ -23,35 +23,15 @@ use std::time::{Duration, Instant};
 
 use postgres::{Client, SimpleQueryMessage};
 
+use super::PgStore;
 use super::write::PgWriter;
-use super::{PgStore, detail};
+pub use crate::session::store::error::connection_lost;
+use crate::session::store::error::{Result, StoreError, detail};
 use crate::session::store::seam::{Rerun, Writer};
-use crate::session::store::{Result, StoreError};
 
 /// How long a lost `COMMIT` may still show as running before the write is given up as
 /// unknown (a terminated backend's transaction ends at once; a network cut may keep it).
 pub const COMMIT_STATUS_WAIT: Duration = Duration::from_secs(5);
-
-/// Whether `e` says the connection is gone: closed, a socket error, the server ending the
-/// session (`57P01` admin shutdown, `57P02` crash, `57P03` starting up), or a connection
-/// exception (SQLSTATE class `08`).
-pub fn connection_lost(e: &postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    if let Some(code) = e.code() {
-        let code = code.code();
-        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if s.is::<std::io::Error>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
-}
 
 /// Whether a failure on `client` means its connection is gone.
 fn lost(e: &StoreError, client: &Client) -> bool {

@@ -12,7 +12,7 @@ use super::retry::{COMMIT_STATUS_WAIT, connection_lost};
 use super::testdb::{self, TestDb};
 use super::*;
 use crate::session::events::{Payload, UserMessage};
-use crate::session::store::Store;
+use crate::session::store::seam::Store;
 
 const OTHERS: &str = "SELECT pid FROM pg_stat_activity
                       WHERE datname = current_database() AND pid <> pg_backend_pid()";

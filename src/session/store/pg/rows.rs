@@ -8,7 +8,8 @@ use postgres::Row;
 use postgres::types::{ToSql, Type};
 
 use crate::session::events::{Event, SessionId};
-use crate::session::store::{Result, SessionRow, StoreError};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::SessionRow;
 
 /// `timestamptz` to the stored text format, in SQL (`to_char` with microseconds, in UTC).
 macro_rules! ts_text {

@@ -4,8 +4,8 @@
 use super::rows::{EVENT_COLUMNS, event_row, to_i64};
 use super::write::PgWriter;
 use crate::session::events::{CacheEffect, Event, SessionId, kind};
+use crate::session::store::error::{Result, StoreError};
 use crate::session::store::seam::WriteTxn;
-use crate::session::store::{Result, StoreError};
 
 /// The row operations of the shared write rules, on PostgreSQL.
 impl crate::session::store::rules::Rows for PgWriter<'_> {

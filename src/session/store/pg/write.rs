@@ -27,10 +27,11 @@ use postgres::types::{ToSql, Type};
 use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
 use crate::clock::Clock;
 use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy};
+use crate::session::store::error::{Result, StoreError};
 use crate::session::store::ledger::LedgerEntry;
 use crate::session::store::rules;
 use crate::session::store::seam::WriteTxn;
-use crate::session::store::{Result, SessionRow, StoreError};
+use crate::session::store::types::SessionRow;
 
 /// The open PostgreSQL write transaction.
 pub struct PgWriter<'t> {

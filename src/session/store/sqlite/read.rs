@@ -3,10 +3,11 @@
 
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use super::{Result, SessionRow, SqliteStore, StoreError};
 use crate::session::events::{Event, SessionId, kind};
-use crate::session::projection::page::{Page, PageSource, transcript_page};
+use crate::session::projection::page::{self, Page, PageSource};
 use crate::session::projection::{visible, visible_compaction_boundary};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::SessionRow;
 
 /// Maps a `SELECT id, title, archived, system, created_at, updated_at` row.
 pub(super) fn session_row(r: &Row<'_>) -> rusqlite::Result<Result<SessionRow>> {
@@ -35,134 +36,133 @@ fn event_row(r: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-impl SqliteStore {
-    /// A session's cache row.
-    pub fn session(&self, id: SessionId) -> Result<SessionRow> {
-        let conn = self.reader()?;
-        conn.prepare_cached(
-            "SELECT id, title, archived, system, created_at, updated_at
-             FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
+/// A session's cache row.
+pub(super) fn session(conn: &Connection, id: SessionId) -> Result<SessionRow> {
+    conn.prepare_cached(
+        "SELECT id, title, archived, system, created_at, updated_at
+         FROM sessions WHERE id = ?1 AND deleted_at IS NULL",
+    )?
+    .query_row([id.to_string()], session_row)
+    .optional()?
+    .ok_or(StoreError::SessionNotFound(id))?
+}
+
+/// The session's newest seq (0 for none), from a reader: never waits for the writer.
+pub(super) fn last_seq(conn: &Connection, id: SessionId) -> Result<u64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COALESCE(MAX(seq), 0) FROM session_events
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
         )?
-        .query_row([id.to_string()], session_row)
-        .optional()?
-        .ok_or(StoreError::SessionNotFound(id))?
-    }
+        .query_row([id.to_string()], |r| r.get(0))?)
+}
 
-    /// The session's newest seq (0 for none), from a reader: never waits for the writer.
-    pub fn last_seq(&self, id: SessionId) -> Result<u64> {
-        let conn = self.reader()?;
-        Ok(conn
-            .prepare_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_events
-                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)",
-            )?
-            .query_row([id.to_string()], |r| r.get(0))?)
-    }
+/// A session's events with `seq > after_seq`, oldest first, at most `limit` of them
+/// (all when `None`).
+pub(super) fn events(
+    conn: &mut Connection,
+    id: SessionId,
+    after_seq: u64,
+    limit: Option<u32>,
+) -> Result<Vec<Event>> {
+    let tx = conn.transaction()?;
+    require_session(&tx, id)?;
+    let events = events_after(&tx, id, after_seq, limit)?;
+    tx.finish()?;
+    Ok(events)
+}
 
-    /// A session's events with `seq > after_seq`, oldest first, at most `limit` of them
-    /// (all when `None`).
-    pub fn events(&self, id: SessionId, after_seq: u64, limit: Option<u32>) -> Result<Vec<Event>> {
-        let mut conn = self.reader()?;
-        let tx = conn.transaction()?;
-        require_session(&tx, id)?;
-        let events = events_after(&tx, id, after_seq, limit)?;
-        tx.finish()?;
-        Ok(events)
+/// What the LLM context needs (SPEC §4 steps 0 and 1): `session_started`, then every
+/// event after the newest *visible* compaction's boundary (the compaction itself among
+/// them; one a later rewind hid does not count). Without one, the whole log.
+pub(super) fn events_for_context(conn: &mut Connection, id: SessionId) -> Result<Vec<Event>> {
+    let tx = conn.transaction()?;
+    require_session(&tx, id)?;
+    let boundary = context_boundary(&tx, id)?;
+    let mut events = Vec::new();
+    if boundary > 0 {
+        events.extend(events_after(&tx, id, 0, Some(1))?);
     }
+    events.extend(events_after(&tx, id, boundary, None)?);
+    tx.finish()?;
+    Ok(events)
+}
 
-    /// What the LLM context needs (SPEC §4 steps 0 and 1): `session_started`, then every
-    /// event after the newest *visible* compaction's boundary (the compaction itself among
-    /// them; one a later rewind hid does not count). Without one, the whole log.
-    pub fn events_for_context(&self, id: SessionId) -> Result<Vec<Event>> {
-        let mut conn = self.reader()?;
-        let tx = conn.transaction()?;
-        require_session(&tx, id)?;
-        let boundary = context_boundary(&tx, id)?;
-        let mut events = Vec::new();
-        if boundary > 0 {
-            events.extend(events_after(&tx, id, 0, Some(1))?);
-        }
-        events.extend(events_after(&tx, id, boundary, None)?);
-        tx.finish()?;
-        Ok(events)
-    }
+/// One page of the UI transcript (SPEC §7): the newest `limit` items before
+/// `before_seq`, read from one snapshot through the indexes that find an item's
+/// attempt, answers and rewinds, so a page costs about the same in a long session as
+/// in a short one (see [`crate::session::projection::page`]). `active` as for
+/// [`crate::session::projection::ui_transcript`].
+pub(super) fn transcript_page(
+    conn: &mut Connection,
+    id: SessionId,
+    before_seq: u64,
+    limit: usize,
+    active: Option<(u64, u32)>,
+) -> Result<Page> {
+    let tx = conn.transaction()?;
+    require_session(&tx, id)?;
+    let page = page::transcript_page(
+        &mut SqlPage {
+            conn: &tx,
+            id: id.to_string(),
+        },
+        before_seq,
+        limit,
+        active,
+    )?;
+    tx.finish()?;
+    Ok(page)
+}
 
-    /// One page of the UI transcript (SPEC §7): the newest `limit` items before
-    /// `before_seq`, read from one snapshot through the indexes that find an item's
-    /// attempt, answers and rewinds, so a page costs about the same in a long session as
-    /// in a short one (see [`crate::session::projection::page`]). `active` as for
-    /// [`crate::session::projection::ui_transcript`].
-    pub fn transcript_page(
-        &self,
-        id: SessionId,
-        before_seq: u64,
-        limit: usize,
-        active: Option<(u64, u32)>,
-    ) -> Result<Page> {
-        let mut conn = self.reader()?;
-        let tx = conn.transaction()?;
-        require_session(&tx, id)?;
-        let page = transcript_page(
-            &mut SqlPage {
-                conn: &tx,
-                id: id.to_string(),
-            },
-            before_seq,
-            limit,
-            active,
-        )?;
-        tx.finish()?;
-        Ok(page)
-    }
+/// The questions about `call_id` in a session and their answers, in seq order.
+pub(super) fn permission_events(
+    conn: &Connection,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Vec<Event>> {
+    permission_events_of(conn, &id.to_string(), call_id)
+}
 
-    /// The questions about `call_id` in a session and their answers, in seq order.
-    pub fn permission_events(&self, id: SessionId, call_id: &str) -> Result<Vec<Event>> {
-        let conn = self.reader()?;
-        permission_events(&conn, &id.to_string(), call_id)
+/// The questions and answers filed since the restart recovery last
+/// checked them (V16's `questions_to_check`), in every live session, in no order.
+pub(super) fn questions_filed(conn: &Connection) -> Result<Vec<(SessionId, Event)>> {
+    let mut stmt = conn.prepare_cached(QUESTIONS_TO_CHECK)?;
+    let rows = stmt.query_map([], |r| {
+        let id: String = r.get(0)?;
+        let event = Event {
+            seq: r.get(1)?,
+            kind: r.get(2)?,
+            payload: r.get(3)?,
+            created_at: r.get(4)?,
+        };
+        Ok((id, event))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, event) = row?;
+        let id = id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
+        out.push((id, event));
     }
+    Ok(out)
+}
 
-    /// The questions and answers filed since the restart recovery last
-    /// checked them (V16's `questions_to_check`), in every live session, in no order.
-    pub fn questions_filed(&self) -> Result<Vec<(SessionId, Event)>> {
-        let conn = self.reader()?;
-        let mut stmt = conn.prepare_cached(QUESTIONS_TO_CHECK)?;
-        let rows = stmt.query_map([], |r| {
-            let id: String = r.get(0)?;
-            let event = Event {
-                seq: r.get(1)?,
-                kind: r.get(2)?,
-                payload: r.get(3)?,
-                created_at: r.get(4)?,
-            };
-            Ok((id, event))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, event) = row?;
-            let id = id
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))?;
-            out.push((id, event));
-        }
-        Ok(out)
-    }
-
-    /// Every session id, oldest first (tests and export); deleted ones are gone.
-    pub fn session_ids(&self) -> Result<Vec<SessionId>> {
-        let conn = self.reader()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT id FROM sessions WHERE deleted_at IS NULL ORDER BY created_at, id",
-        )?;
-        let ids: Vec<String> = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        ids.into_iter()
-            .map(|id| {
-                id.parse()
-                    .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))
-            })
-            .collect()
-    }
+/// Every session id, oldest first (tests and export); deleted ones are gone.
+pub(super) fn session_ids(conn: &Connection) -> Result<Vec<SessionId>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM sessions WHERE deleted_at IS NULL ORDER BY created_at, id",
+    )?;
+    let ids: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    ids.into_iter()
+        .map(|id| {
+            id.parse()
+                .map_err(|_| StoreError::Corrupt(format!("session id {id:?} is not a UUID")))
+        })
+        .collect()
 }
 
 /// The events filed in `questions_to_check` (V16), read whole: their keys are taken from
@@ -175,7 +175,7 @@ pub(super) const QUESTIONS_TO_CHECK: &str = "SELECT s.id, e.seq, e.kind, e.paylo
      JOIN session_events AS e ON e.session_n = q.session_n AND e.seq = q.seq";
 
 /// The questions about `call_id` and their answers, in seq order (V13's index).
-fn permission_events(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {
+fn permission_events_of(conn: &Connection, id: &str, call_id: &str) -> Result<Vec<Event>> {
     let mut stmt = conn.prepare_cached(
         "SELECT seq, kind, payload, created_at FROM session_events INDEXED BY session_events_permissions
          WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND kind IN ('permission_requested', 'permission_resolved')
@@ -337,7 +337,7 @@ impl PageSource for SqlPage<'_> {
     }
 
     fn permission_events(&mut self, call_id: &str) -> Result<Vec<Event>> {
-        permission_events(self.conn, &self.id, call_id)
+        permission_events_of(self.conn, &self.id, call_id)
     }
 
     fn rewinds(&mut self) -> Result<Vec<Event>> {

@@ -12,7 +12,7 @@
 
 use rusqlite::Connection;
 
-use super::Result;
+use crate::session::store::error::Result;
 
 /// The time of a `created_at` in milliseconds, as SQLite reads it (the same expression as
 /// the V14 migration, so a database re-keyed there and one written here agree). A time

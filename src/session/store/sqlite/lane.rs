@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use rusqlite::Connection;
 
-use super::{Result, StoreError};
+use crate::session::store::error::{Result, StoreError};
 
 /// The most closures one commit may carry: bounds how long the first of them waits.
 pub const GROUP_COMMIT_MAX_WRITES: usize = 64;

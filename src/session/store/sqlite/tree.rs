@@ -6,13 +6,11 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::read::{events_after, shaping_events};
-use super::{Result, SqliteWriter};
+use super::write::SqliteWriter;
 use crate::session::events::{CacheEffect, Event, SessionId};
+use crate::session::store::error::Result;
 
-/// Appended to a source's title to name its fork.
-pub const FORK_TITLE_SUFFIX: &str = " (fork)";
-
-impl super::rules::Rows for SqliteWriter<'_> {
+impl crate::session::store::rules::Rows for SqliteWriter<'_> {
     fn now(&self) -> String {
         self.clock().now_string()
     }

@@ -7,7 +7,9 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Result, SessionId, SqliteStore, SqliteWriter, StoreError};
+use super::write::SqliteWriter;
+use crate::session::events::SessionId;
+use crate::session::store::error::{Result, StoreError};
 
 /// Events one purge transaction deletes. Each deleted event also deletes its FTS5 row
 /// (the external-content `delete` trigger reads the event's text back through the
@@ -81,42 +83,4 @@ pub(super) fn pending(conn: &Connection) -> Result<Vec<String>> {
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     Ok(ids)
-}
-
-impl SqliteStore {
-    /// Wakes the background purge (after a delete).
-    pub fn purge_soon(&self) {
-        if let Some(m) = &self.maintenance {
-            m.purge_soon();
-        }
-    }
-
-    /// How many deleted sessions still wait for their purge (tests and benchmarks).
-    pub fn pending_purges(&self) -> Result<usize> {
-        let conn = self.reader()?;
-        Ok(pending(&conn)?.len())
-    }
-
-    /// Purges every deleted session now, on this thread, in batches of `batch` events
-    /// (each its own transaction); returns the longest a batch held the writer. For
-    /// benchmarks and tests; the maintenance thread does the same in the background.
-    pub fn purge_pending(&self, batch: i64) -> Result<std::time::Duration> {
-        let writer = self.writer.as_ref().ok_or(StoreError::ReadOnly)?;
-        let ids = {
-            let conn = self.reader()?;
-            pending(&conn)?
-        };
-        let mut longest = std::time::Duration::ZERO;
-        for id in ids {
-            loop {
-                let started = std::time::Instant::now();
-                let done = writer.write(|c| purge_batch(c, &id, batch))?;
-                longest = longest.max(started.elapsed());
-                if done {
-                    break;
-                }
-            }
-        }
-        Ok(longest)
-    }
 }

@@ -28,7 +28,8 @@ use rusqlite::Connection;
 
 use super::lane::WriterLane;
 use super::purge::{PURGE_BATCH_EVENTS, pending, purge_batch};
-use super::{Result, StoreError};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::types::Checkpoints;
 
 /// How long a shutdown waits for the thread ([`Maintenance::stop_within`]): one batch or
 /// checkpoint takes far less, unless it waits for the writer lane.
@@ -57,17 +58,6 @@ pub const WAL_IDLE: Duration = Duration::from_secs(1);
 
 /// The size the WAL file is cut back to when it starts over (`journal_size_limit`).
 pub const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
-
-/// Who checkpoints the WAL.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Checkpoints {
-    /// The maintenance thread, on its own connection (see the module doc).
-    #[default]
-    Background,
-    /// SQLite's auto-checkpoint on the committing writer: the behaviour before issue 19,
-    /// kept for the benchmark that compares the two.
-    OnCommit,
-}
 
 #[derive(Default)]
 struct Control {

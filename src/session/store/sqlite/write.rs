@@ -3,11 +3,13 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::ledger::LedgerEntry;
-use super::seam::WriteTxn;
-use super::{Result, SessionRow, Store, StoreError};
 use crate::clock::Clock;
 use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy, kind};
+use crate::session::store::error::{Result, StoreError};
+use crate::session::store::ledger::LedgerEntry;
+use crate::session::store::rules;
+use crate::session::store::seam::{Store, WriteTxn};
+use crate::session::store::types::SessionRow;
 
 /// The open write transaction, handed to the closure given to [`Store::write`].
 pub struct SqliteWriter<'a> {
@@ -123,7 +125,7 @@ impl Store {
 /// in [`super::rules`]).
 impl WriteTxn for SqliteWriter<'_> {
     fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        super::rules::create_session(self, title, system)
+        rules::create_session(self, title, system)
     }
     /// Appends one event with the next seq, updating the session's cache row.
     /// `session_started` is refused: only [`Writer::create_session`] writes it.
@@ -140,10 +142,10 @@ impl WriteTxn for SqliteWriter<'_> {
         Ok(event)
     }
     fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        super::rules::rename(self, id, title, by)
+        rules::rename(self, id, title, by)
     }
     fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        super::rules::set_archived(self, id, archived)
+        rules::set_archived(self, id, archived)
     }
     /// Moves the session's `updated_at` to now: an attempt's end whose last event is a
     /// checkpoint (checkpoints alone do not move it, SPEC §6).
@@ -221,16 +223,16 @@ impl WriteTxn for SqliteWriter<'_> {
         super::read::events_after(self.conn, id, after_seq, None)
     }
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::rules::import_session(self, id, events)
+        rules::import_session(self, id, events)
     }
     fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        super::rules::extend_imported(self, id, events)
+        rules::extend_imported(self, id, events)
     }
     fn delete_session(&mut self, id: SessionId) -> Result<()> {
         SqliteWriter::delete_session(self, id)
     }
     fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        super::rules::edit(self, id, edited_seq, text)
+        rules::edit(self, id, edited_seq, text)
     }
     fn fork(
         &mut self,
@@ -239,7 +241,7 @@ impl WriteTxn for SqliteWriter<'_> {
         active: Option<(u64, u32)>,
         upto: u64,
     ) -> Result<SessionRow> {
-        super::rules::fork(self, source, through, active, upto)
+        rules::fork(self, source, through, active, upto)
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         SqliteWriter::record_call(self, e)
