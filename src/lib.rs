@@ -5,9 +5,9 @@
 //! The crate is a functional core in an imperative shell (see `ARCHITECTURE.md`):
 //!
 //! - [`session::events`]: the event kinds and their payloads, as Rust types. Pure.
-//! - [`session::store`]: the SQLite event log: migrations, pragmas, the one writer
-//!   connection (appends with `BEGIN IMMEDIATE`), the reader pool, reads and deletes. The
-//!   only module that issues SQL.
+//! - [`session::store`]: the event log behind one `Store`, on SQLite (one writer
+//!   connection, a reader pool) or PostgreSQL, chosen by one opener; where brain's SQL
+//!   is issued (the `llm` importer reads that tool's own file).
 //! - [`session::projection`]: the LLM context and the UI transcript, pure functions of
 //!   the events.
 //! - [`tokens`]: the token estimate (tiktoken o200k_base), cached by content.

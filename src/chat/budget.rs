@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::engine::{Engine, Inner};
-use crate::provider::{ModelInfo, Provider, Window, window_in};
+use super::state::{Engine, Inner};
+use crate::provider::{ModelInfo, Provider, ToolDef, Window, window_in};
 use crate::session::compactor::Budget;
 use crate::tools::ToolSpec;
 
@@ -54,12 +54,12 @@ pub(super) fn context_budget(inner: &Inner, model: &str, list: &[ModelInfo]) -> 
         model,
         window_override(s.chat_model.as_deref(), s.context_window, model),
     );
-    let offered = if inner.provider.offers_tools(model) {
-        inner.tools.offered()
+    let offered = if inner.deps.provider.offers_tools(model) {
+        inner.deps.tools.offered()
     } else {
         Vec::new()
     };
-    let tools_tokens = super::steps::definitions_tokens(inner, &offered);
+    let tools_tokens = definitions_tokens(inner, &offered);
     let budget = Budget {
         window: window.tokens,
         compact_at: s.compact_at,
@@ -79,4 +79,25 @@ impl Engine {
     pub fn context_budget(&self, model: &str, list: &[ModelInfo]) -> ContextBudget {
         context_budget(&self.inner, model, list)
     }
+}
+
+/// The definitions of the tools offered, as a request carries them.
+pub(super) fn definitions(offered: &[ToolSpec]) -> Vec<ToolDef> {
+    offered
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.parameters.clone(),
+        })
+        .collect()
+}
+
+/// The estimated tokens of the tool definitions a request carries.
+pub(super) fn definitions_tokens(inner: &Inner, offered: &[ToolSpec]) -> u64 {
+    if offered.is_empty() {
+        return 0;
+    }
+    let wire = crate::provider::wire::tools_json(&definitions(offered));
+    inner.deps.estimator.count(&wire.to_string())
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::budget::{ContextBudget, context_budget, listing_for};
-use super::engine::{Engine, EngineError};
+use super::state::{Engine, EngineError};
 use super::summarizer::summarizer;
 use crate::session::SessionId;
 use crate::session::compactor::{Bounds, CompactionError, Interrupt, PassOutcome};
@@ -39,15 +39,16 @@ impl Engine {
         // No attempt starts on any server while this compaction runs.
         let _claim = self.claim(id)?;
         let inner = &self.inner;
-        inner.store.session(id)?;
+        inner.deps.store.session(id)?;
         let s = &inner.settings;
         let unavailable = |e: &dyn std::fmt::Display| EngineError::Unavailable(e.to_string());
         let model = inner
+            .deps
             .provider
             .resolve_model(s.chat_model.as_deref())
             .map_err(|e| unavailable(&e))?;
         let list = listing_for(
-            &inner.provider,
+            &inner.deps.provider,
             s.chat_model.as_deref(),
             s.context_window,
             &model,
@@ -56,11 +57,14 @@ impl Engine {
         // the next turn compacts at.
         let ContextBudget { budget, window, .. } = context_budget(inner, &model, &list);
         let summarizer = summarizer(inner, &model, budget.window);
-        let estimate = || inner.compactor.estimate(id).map(|(_, t)| t);
+        let estimate = || inner.deps.compactor.estimate(id).map(|(_, t)| t);
         let before = estimate().map_err(compaction_error)?;
         let interrupted = || inner.shutting_down().then_some(Interrupt::Shutdown);
         let bounds = Bounds::within(s.compaction_timeout, &interrupted);
-        let outcome = inner.compactor.pass(id, budget, &summarizer, true, &bounds);
+        let outcome = inner
+            .deps
+            .compactor
+            .pass(id, budget, &summarizer, true, &bounds);
         let (tokens_before, tokens_after, method) = match outcome {
             Ok(PassOutcome::Compacted {
                 tokens_before,

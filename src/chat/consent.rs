@@ -7,72 +7,19 @@
 //! `remember` allows that tool for the rest of the session; the log keeps it, so a restart
 //! keeps it too ([`Remembered`] reads it back).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineError, Inner, STOP_POLL, lock};
 use super::frames::{ActiveTurn, CLAIM_LOST, Frame, Phase};
+use super::locks::lock;
+pub use super::slot::{Answer, Decided, Remembered, Resolution, Waiting};
+use super::slot::{deny, questions};
+use super::state::{Engine, EngineError, Inner, STOP_POLL};
 use crate::session::compactor::Interrupt;
 use crate::session::events::{
-    Decoded, Payload, PermissionRequested, PermissionResolved, kind, resolved_by,
+    Decoded, Payload, PermissionRequested, PermissionResolved, resolved_by,
 };
-use crate::session::projection::Questions;
 use crate::session::{SessionId, Store, StoreError};
-
-/// The user's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Answer {
-    pub allow: bool,
-    pub remember: bool,
-}
-
-/// The question an attempt asks, and how it was decided once it is: the first answer, the
-/// timeout, a stop or the shutdown, whichever takes `decided` first (under the turn's
-/// `consent` lock), stands; everything after is told it (409 `already_decided`).
-pub struct Waiting {
-    call_id: String,
-    /// Wakes the waiting attempt when an answer is put in `decided`.
-    wake: mpsc::Sender<()>,
-    decided: Option<Resolution>,
-}
-
-/// How a question ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resolution {
-    pub allow: bool,
-    /// One of `resolved_by`.
-    pub by: &'static str,
-    pub remember: bool,
-    /// The answer's id when another server sent it (its caller is told 200 only if the
-    /// log names its id).
-    pub answer_id: Option<String>,
-}
-
-impl Resolution {
-    fn user(a: Answer, answer_id: Option<String>) -> Resolution {
-        Resolution {
-            allow: a.allow,
-            by: resolved_by::USER,
-            remember: a.allow && a.remember,
-            answer_id,
-        }
-    }
-
-    fn decision(&self) -> &'static str {
-        if self.allow { "allow" } else { "deny" }
-    }
-}
-
-/// The decision that stands on a question answered again (409 `already_decided`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decided {
-    /// `allow` or `deny`.
-    pub decision: String,
-    /// One of `resolved_by`.
-    pub by: String,
-}
 
 /// Asks the user about one call and waits for the answer, the timeout, a stop or the
 /// shutdown (the last three deny). Both events are appended; a store error is returned
@@ -86,7 +33,7 @@ pub(super) fn ask(
     timeout: Duration,
 ) -> Result<Resolution, StoreError> {
     // I7 across servers: each of the attempt's appends only while the session is its own.
-    if !turn.keep_claim(&inner.store) {
+    if !turn.keep_claim(&inner.deps.store) {
         return Err(StoreError::Refused(CLAIM_LOST));
     }
     let (wake, woken) = mpsc::channel();
@@ -96,7 +43,7 @@ pub(super) fn ask(
         decided: None,
     });
     let asked = turn.append(
-        &inner.store,
+        &inner.deps.store,
         &Payload::PermissionRequested(PermissionRequested {
             turn: turn.turn,
             attempt: turn.attempt,
@@ -124,49 +71,12 @@ pub(super) fn ask(
         args: args.to_owned(),
         seq: asked.seq,
     });
-    let deadline = Instant::now() + timeout;
-    // A stop, the shutdown or the timeout decides unless an answer did just before.
-    let decide = |by: &'static str| match lock(&turn.consent).as_mut() {
-        Some(w) => w.decided.get_or_insert_with(|| deny(by)).clone(),
-        None => deny(by),
-    };
-    let resolution = loop {
-        if let Some(i) = turn.interrupt() {
-            break decide(match i {
-                Interrupt::Stopped => resolved_by::STOP,
-                Interrupt::Shutdown => resolved_by::SHUTDOWN,
-            });
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            break decide(resolved_by::TIMEOUT);
-        }
-        match woken.recv_timeout(STOP_POLL.min(deadline - now)) {
-            // The answer is in `decided` already.
-            Ok(()) => break decide(resolved_by::USER),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break decide(resolved_by::STOP),
-        }
-    };
+    let resolution = wait_for_decision(turn, &woken, timeout);
     // The slot keeps the decision, so an answer arriving later is told what stands, but
     // only once the log holds it: a decision that could not be written is no decision,
     // and no later answer may be told it stands (review finding 4).
     let decision = resolution.decision();
-    let resolved = match turn.keep_claim(&inner.store) {
-        false => Err(StoreError::Refused(CLAIM_LOST)),
-        true => turn.append(
-            &inner.store,
-            &Payload::PermissionResolved(PermissionResolved {
-                turn: Some(turn.turn),
-                attempt: Some(turn.attempt),
-                call_id: call_id.to_owned(),
-                decision: decision.to_owned(),
-                by: resolution.by.to_owned(),
-                remember: resolution.remember,
-                answer_id: resolution.answer_id.clone(),
-            }),
-        ),
-    };
+    let resolved = record_decision(inner, turn, call_id, &resolution);
     let resolved = match resolved {
         Ok(e) => e,
         Err(e) => {
@@ -188,12 +98,61 @@ pub(super) fn ask(
     Ok(resolution)
 }
 
-fn deny(by: &'static str) -> Resolution {
-    Resolution {
-        allow: false,
-        by,
-        remember: false,
-        answer_id: None,
+/// Waits for the first of the user's answer, a stop, the shutdown and the timeout; the
+/// one that takes the slot's decision first stands.
+fn wait_for_decision(
+    turn: &ActiveTurn,
+    woken: &mpsc::Receiver<()>,
+    timeout: Duration,
+) -> Resolution {
+    let deadline = Instant::now() + timeout;
+    // A stop, the shutdown or the timeout decides unless an answer did just before.
+    let decide = |by: &'static str| match lock(&turn.consent).as_mut() {
+        Some(w) => w.decided.get_or_insert_with(|| deny(by)).clone(),
+        None => deny(by),
+    };
+    loop {
+        if let Some(i) = turn.interrupt() {
+            break decide(match i {
+                Interrupt::Stopped => resolved_by::STOP,
+                Interrupt::Shutdown => resolved_by::SHUTDOWN,
+            });
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break decide(resolved_by::TIMEOUT);
+        }
+        match woken.recv_timeout(STOP_POLL.min(deadline - now)) {
+            // The answer is in `decided` already.
+            Ok(()) => break decide(resolved_by::USER),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break decide(resolved_by::STOP),
+        }
+    }
+}
+
+/// Appends the question's `permission_resolved`, while the session is still the attempt's.
+fn record_decision(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    call_id: &str,
+    resolution: &Resolution,
+) -> Result<crate::session::events::Event, StoreError> {
+    let decision = resolution.decision();
+    match turn.keep_claim(&inner.deps.store) {
+        false => Err(StoreError::Refused(CLAIM_LOST)),
+        true => turn.append(
+            &inner.deps.store,
+            &Payload::PermissionResolved(PermissionResolved {
+                turn: Some(turn.turn),
+                attempt: Some(turn.attempt),
+                call_id: call_id.to_owned(),
+                decision: decision.to_owned(),
+                by: resolution.by.to_owned(),
+                remember: resolution.remember,
+                answer_id: resolution.answer_id.clone(),
+            }),
+        ),
     }
 }
 
@@ -208,14 +167,14 @@ impl Engine {
         call_id: &str,
         answer: Answer,
     ) -> Result<(), EngineError> {
-        let turn = lock(&self.inner.turns).get(&id).cloned();
+        let turn = lock(&self.inner.registry.turns).get(&id).cloned();
         let answered = match turn.filter(|t| !t.is_done()) {
             Some(turn) => answer_waiting(&turn, call_id, answer, None),
             None => self.answer_elsewhere(id, call_id, answer),
         };
         match answered {
             Err(EngineError::NoPendingPermission) => {
-                Err(match decided(&self.inner.store, id, call_id)? {
+                Err(match decided(&self.inner.deps.store, id, call_id)? {
                     Some(d) => EngineError::AlreadyDecided(d),
                     None => EngineError::NoPendingPermission,
                 })
@@ -289,67 +248,4 @@ pub(super) fn answer_to(
     let events = store.permission_events(id, call_id)?;
     let decoded: Vec<(u64, Decoded)> = events.iter().map(|e| (e.seq, e.decode())).collect();
     Ok(questions(&decoded).answer(seq).cloned())
-}
-
-/// The questions and answers among `decoded` (seq order).
-pub(super) fn questions<'a>(decoded: &'a [(u64, Decoded)]) -> Questions<'a> {
-    let mut questions = Questions::default();
-    for (seq, d) in decoded {
-        match d {
-            Decoded::Known(Payload::PermissionRequested(q)) => questions.asked(*seq, q),
-            Decoded::Known(Payload::PermissionResolved(r)) => {
-                questions.resolved(r);
-            }
-            _ => {}
-        }
-    }
-    questions
-}
-
-/// The tools each session's user allowed for good (`remember`), read from its log once and
-/// kept up to date after.
-#[derive(Default)]
-pub struct Remembered {
-    sessions: Mutex<HashMap<SessionId, Arc<HashSet<String>>>>,
-}
-
-impl Remembered {
-    /// Whether `name` is allowed without asking in session `id`.
-    pub fn allows(&self, store: &Store, id: SessionId, name: &str) -> Result<bool, StoreError> {
-        if let Some(set) = lock(&self.sessions).get(&id) {
-            return Ok(set.contains(name));
-        }
-        let set = Arc::new(from_log(store, id)?);
-        let allowed = set.contains(name);
-        lock(&self.sessions).entry(id).or_insert(set);
-        Ok(allowed)
-    }
-
-    fn remember(&self, id: SessionId, name: &str) {
-        let mut sessions = lock(&self.sessions);
-        let set = sessions.entry(id).or_default();
-        Arc::make_mut(set).insert(name.to_owned());
-    }
-}
-
-/// The tools a session's log says were allowed with `remember`.
-fn from_log(store: &Store, id: SessionId) -> Result<HashSet<String>, StoreError> {
-    let events = store.events(id, 0, None)?;
-    let decoded: Vec<(u64, Decoded)> = events
-        .iter()
-        .filter(|e| e.kind == kind::PERMISSION_REQUESTED || e.kind == kind::PERMISSION_RESOLVED)
-        .map(|e| (e.seq, e.decode()))
-        .collect();
-    let questions = questions(&decoded);
-    let mut allowed = HashSet::new();
-    for (seq, d) in &decoded {
-        if let Decoded::Known(Payload::PermissionRequested(q)) = d
-            && questions
-                .answer(*seq)
-                .is_some_and(|a| a.remember && a.decision == "allow")
-        {
-            allowed.insert(q.name.clone());
-        }
-    }
-    Ok(allowed)
 }

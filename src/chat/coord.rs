@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, EngineError, LIVE_RETENTION, lock};
 use super::frames::{ActiveTurn, Subscription};
+use super::state::{Engine, EngineError, LIVE_RETENTION, lock};
 use crate::session::events::{Event, Payload};
 pub use crate::session::store::coord::{Claim, Coordinator, Kept, LocalCoordinator, Note};
 use crate::session::store::{AttemptMark, Writer};
@@ -30,16 +30,20 @@ impl Engine {
     /// Claims the session for an attempt, a compaction or a delete: `turn_in_flight` when
     /// another holds it (I7 across servers).
     pub(super) fn claim(&self, id: SessionId) -> Result<Claim, EngineError> {
-        self.inner.coord.claim(id)?.ok_or(EngineError::TurnInFlight)
+        self.inner
+            .registry
+            .coord
+            .claim(id)?
+            .ok_or(EngineError::TurnInFlight)
     }
 
     /// Which of `ids` are claimed by some server (none without other servers). A failed
     /// look is logged and counts as none: a list page still answers.
     pub(super) fn claimed_elsewhere(&self, ids: &[SessionId]) -> HashSet<SessionId> {
-        if !self.inner.coord.shared() {
+        if !self.inner.registry.coord.shared() {
             return HashSet::new();
         }
-        self.inner.coord.claimed(ids).unwrap_or_else(|e| {
+        self.inner.registry.coord.claimed(ids).unwrap_or_else(|e| {
             log::warn!("cannot tell which sessions other servers are answering: {e}");
             HashSet::new()
         })
@@ -48,7 +52,7 @@ impl Engine {
     /// Which of `ids` have an attempt running, here or elsewhere: one look for a page.
     pub fn turns_active(&self, ids: &[SessionId]) -> HashSet<SessionId> {
         let mut active = self.claimed_elsewhere(ids);
-        let turns = lock(&self.inner.turns);
+        let turns = lock(&self.inner.registry.turns);
         active.extend(
             ids.iter()
                 .filter(|id| turns.get(id).is_some_and(|t| !t.is_done())),
@@ -64,21 +68,21 @@ impl Engine {
         if !self.claimed_elsewhere(&[id]).contains(&id) {
             return Err(EngineError::NoActiveTurn);
         }
-        let events = self.inner.store.events_for_context(id)?;
+        let events = self.inner.deps.store.events_for_context(id)?;
         let (turn, attempt) = super::follow::Follow::new(id, &events).running();
         let note = Note::Stop {
             session: id,
             turn,
             attempt,
         };
-        self.inner.coord.notify(&note)?;
-        if lock(&self.inner.stopping).insert(id) {
+        self.inner.registry.coord.notify(&note)?;
+        if lock(&self.inner.registry.stopping).insert(id) {
             let inner = Arc::downgrade(&self.inner);
             let spawned = thread::Builder::new()
                 .name("brain-stop-resend".into())
                 .spawn(move || resend_stop(&inner, &note, id));
             if let Err(e) = spawned {
-                lock(&self.inner.stopping).remove(&id);
+                lock(&self.inner.registry.stopping).remove(&id);
                 log::warn!("{id}: cannot start a thread to send the stop again: {e}");
             }
         }
@@ -91,18 +95,18 @@ impl Engine {
         &self,
         id: SessionId,
     ) -> Result<Option<Subscription>, EngineError> {
-        if !self.inner.coord.shared() {
+        if !self.inner.registry.coord.shared() {
             return Ok(None);
         }
         if self.claimed_elsewhere(&[id]).contains(&id) {
             return super::follow::spawn(&self.inner, id).map(Some);
         }
         // One that ended on another server within LIVE_RETENTION, replayed from its log.
-        let events = self.inner.store.events_for_context(id)?;
+        let events = self.inner.deps.store.events_for_context(id)?;
         let Some((frames, ended_at)) = super::follow::Follow::replay(id, &events) else {
             return Ok(None);
         };
-        let now = self.inner.store.clock().now();
+        let now = self.inner.deps.store.clock().now();
         let recent = crate::clock::parse_timestamp(&ended_at)
             .and_then(|t| std::time::Duration::try_from(now.duration_since(t)).ok())
             .is_some_and(|ago| ago < LIVE_RETENTION);
@@ -119,7 +123,7 @@ impl Engine {
         if !self.claimed_elsewhere(&[id]).contains(&id) {
             return None;
         }
-        match self.inner.store.events_for_context(id) {
+        match self.inner.deps.store.events_for_context(id) {
             Ok(events) => Some(super::follow::Follow::new(id, &events).running()),
             Err(e) => {
                 log::warn!("cannot read the log of {id}: {e}");
@@ -147,19 +151,19 @@ impl Engine {
         if !self.claimed_elsewhere(&[id]).contains(&id) {
             return Err(EngineError::NoPendingPermission);
         }
-        let events = self.inner.store.events_for_context(id)?;
+        let events = self.inner.deps.store.events_for_context(id)?;
         let mut log = super::follow::Follow::new(id, &events);
         log.feed(&events, true);
         if !log.waiting(call_id) {
             return Err(EngineError::NoPendingPermission);
         }
-        let store = &self.inner.store;
+        let store = &self.inner.deps.store;
         let Some((question, None)) = super::consent::newest_question(store, id, call_id)? else {
             // Decided since the log was read: the caller says by whom.
             return Err(EngineError::NoPendingPermission);
         };
         let answer_id = uuid::Uuid::new_v4().to_string();
-        self.inner.coord.notify(&Note::Answer {
+        self.inner.registry.coord.notify(&Note::Answer {
             session: id,
             call_id: call_id.to_owned(),
             allow: answer.allow,
@@ -189,7 +193,7 @@ impl Engine {
 
     /// Acts on what other servers ask of this one's attempts: stops and permission answers.
     pub(super) fn listen_to_others(&self) {
-        if !self.inner.coord.shared() {
+        if !self.inner.registry.coord.shared() {
             return;
         }
         let inner = Arc::downgrade(&self.inner);
@@ -200,7 +204,7 @@ impl Engine {
             let id = match &note {
                 Note::Stop { session: id, .. } | Note::Answer { session: id, .. } => *id,
             };
-            let turn = lock(&inner.turns)
+            let turn = lock(&inner.registry.turns)
                 .get(&id)
                 .filter(|t| !t.is_done())
                 .cloned();
@@ -228,7 +232,7 @@ impl Engine {
                 }
             }
         };
-        if let Err(e) = self.inner.coord.listen(Box::new(on_note)) {
+        if let Err(e) = self.inner.registry.coord.listen(Box::new(on_note)) {
             log::error!("cannot listen for requests from other servers: {e}");
         }
     }
@@ -236,7 +240,7 @@ impl Engine {
 
 /// Sends `note` (a stop) again every [`STOP_RESEND_EVERY`] while its session stays claimed,
 /// for at most [`STOP_RESEND_FOR`], or until the engine goes.
-fn resend_stop(inner: &std::sync::Weak<super::engine::Inner>, note: &Note, id: SessionId) {
+fn resend_stop(inner: &std::sync::Weak<super::state::Inner>, note: &Note, id: SessionId) {
     let until = Instant::now() + STOP_RESEND_FOR;
     let mut released = false;
     while Instant::now() < until && !released {
@@ -245,11 +249,15 @@ fn resend_stop(inner: &std::sync::Weak<super::engine::Inner>, note: &Note, id: S
             return;
         };
         // A look that fails counts as claimed: the note is harmless if it is not.
-        released = inner.coord.claimed(&[id]).is_ok_and(|c| !c.contains(&id));
+        released = inner
+            .registry
+            .coord
+            .claimed(&[id])
+            .is_ok_and(|c| !c.contains(&id));
         if released {
             break;
         }
-        if let Err(e) = inner.coord.notify(note) {
+        if let Err(e) = inner.registry.coord.notify(note) {
             log::warn!("{id}: cannot send the stop again: {e}");
         }
     }
@@ -259,7 +267,7 @@ fn resend_stop(inner: &std::sync::Weak<super::engine::Inner>, note: &Note, id: S
         );
     }
     if let Some(inner) = inner.upgrade() {
-        lock(&inner.stopping).remove(&id);
+        lock(&inner.registry.stopping).remove(&id);
     }
 }
 
@@ -275,7 +283,17 @@ impl ActiveTurn {
 
     /// The attempt appended `seq` to its session.
     pub(super) fn wrote(&self, seq: u64) {
-        self.own_seq.fetch_max(seq, Ordering::SeqCst);
+        let before = self.own_seq.fetch_max(seq, Ordering::SeqCst);
+        // An attempt's writes only move forward (each is appended after its previous
+        // one, or is the same write told twice): one older than its newest means the
+        // attempt lost track of its session, and a claim taken again would trust it.
+        assert!(
+            seq >= before,
+            "{}: attempt {}/{} wrote seq {seq} after its seq {before}",
+            self.session_id,
+            self.turn,
+            self.attempt
+        );
     }
 
     /// What the attempt's next append carries: who writes, after its own newest write.

@@ -5,9 +5,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use super::attempt::{Stopped, Streamed, last_checkpoint};
-use super::engine::Inner;
 use super::frames::{ActiveTurn, CLAIM_LOST, EndStatus, Frame};
+use super::state::Inner;
+use super::stream::{Stopped, Streamed, last_checkpoint};
 use crate::session::StoreError;
 use crate::session::events::{AssistantTurn, AttemptEnd, Payload, TurnFailed, Usage};
 use crate::session::store::{CallStatus, LedgerEntry, Purpose};
@@ -68,7 +68,7 @@ fn known_end(inner: &Inner, model: &str, out: &Streamed, stopped: &Stopped) -> F
     Frame::End {
         status: ends_as(stopped, &out.text),
         seq: None,
-        provider: inner.provider.base_url().to_owned(),
+        provider: inner.deps.provider.base_url().to_owned(),
         model: model.to_owned(),
         usage: out.usage,
         steps: out.steps.max(1),
@@ -95,16 +95,71 @@ pub(super) fn end_attempt(
     stopped: Stopped,
     took: Duration,
 ) -> Frame {
-    let provider = inner.provider.base_url().to_owned();
+    let provider = inner.deps.provider.base_url().to_owned();
     // Whatever ends the attempt is appended only while the session is still its own (I7):
     // else another server's turn may already be in the log after this one's checkpoints.
-    if !turn.keep_claim(&inner.store) {
+    if !turn.keep_claim(&inner.deps.store) {
         return lost(inner, turn, model, out, took);
     }
-    let (code, message, retryable) = match &stopped {
-        Stopped::Completed if !out.text.is_empty() => {
-            return complete(inner, turn, model, out, took);
-        }
+    if matches!(stopped, Stopped::Completed) && !out.text.is_empty() {
+        return complete(inner, turn, model, out, took);
+    }
+    let (code, message, retryable) = failure(turn, &stopped, &provider);
+    if !matches!(stopped, Stopped::ByUser | Stopped::Shutdown) || code == "empty_answer" {
+        turn.push(Frame::Error {
+            code: code.clone(),
+            message: message.clone(),
+            retryable,
+        });
+    }
+    let interrupted = ends_as(&stopped, &out.text) == EndStatus::Interrupted;
+    let written = if interrupted {
+        let ended = AttemptEnd {
+            code: code.clone(),
+            message,
+        };
+        final_checkpoint(inner, turn, out, ended)
+    } else {
+        let failed = Payload::TurnFailed(TurnFailed {
+            turn: turn.turn,
+            attempt: turn.attempt,
+            code: code.clone(),
+            message,
+            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
+        });
+        turn.append(&inner.deps.store, &failed).map(|e| Some(e.seq))
+    };
+    let seq = written.unwrap_or_else(|e| {
+        log::error!("turn of {}: could not record its end: {e}", turn.session_id);
+        None
+    });
+    if !model.is_empty() {
+        let status = if interrupted {
+            CallStatus::Interrupted
+        } else {
+            CallStatus::Error
+        };
+        record_chat(inner, turn, model, out, took, status, Some(&code));
+    }
+    Frame::End {
+        status: if interrupted {
+            EndStatus::Interrupted
+        } else {
+            EndStatus::Failed
+        },
+        seq,
+        provider,
+        model: model.to_owned(),
+        usage: out.usage,
+        steps: out.steps.max(1),
+        finish_reason: out.finish_reason.clone(),
+    }
+}
+
+/// What a failed or cut attempt's end says: its code, its message and whether a retry may
+/// help (SPEC §6's table); provider and brain faults are logged here.
+fn failure(turn: &ActiveTurn, stopped: &Stopped, provider: &str) -> (String, String, bool) {
+    match stopped {
         Stopped::Completed => (
             "empty_answer".to_owned(),
             "the model answered with no text".to_owned(),
@@ -152,55 +207,6 @@ pub(super) fn end_attempt(
                 true,
             )
         }
-    };
-    if !matches!(stopped, Stopped::ByUser | Stopped::Shutdown) || code == "empty_answer" {
-        turn.push(Frame::Error {
-            code: code.clone(),
-            message: message.clone(),
-            retryable,
-        });
-    }
-    let interrupted = ends_as(&stopped, &out.text) == EndStatus::Interrupted;
-    let written = if interrupted {
-        let ended = AttemptEnd {
-            code: code.clone(),
-            message,
-        };
-        final_checkpoint(inner, turn, out, ended)
-    } else {
-        let failed = Payload::TurnFailed(TurnFailed {
-            turn: turn.turn,
-            attempt: turn.attempt,
-            code: code.clone(),
-            message,
-            reasoning: (!out.reasoning.is_empty()).then(|| out.reasoning.clone()),
-        });
-        turn.append(&inner.store, &failed).map(|e| Some(e.seq))
-    };
-    let seq = written.unwrap_or_else(|e| {
-        log::error!("turn of {}: could not record its end: {e}", turn.session_id);
-        None
-    });
-    if !model.is_empty() {
-        let status = if interrupted {
-            CallStatus::Interrupted
-        } else {
-            CallStatus::Error
-        };
-        record_chat(inner, turn, model, out, took, status, Some(&code));
-    }
-    Frame::End {
-        status: if interrupted {
-            EndStatus::Interrupted
-        } else {
-            EndStatus::Failed
-        },
-        seq,
-        provider,
-        model: model.to_owned(),
-        usage: out.usage,
-        steps: out.steps.max(1),
-        finish_reason: out.finish_reason.clone(),
     }
 }
 
@@ -230,7 +236,7 @@ fn lost(inner: &Inner, turn: &ActiveTurn, model: &str, out: &Streamed, took: Dur
             EndStatus::Interrupted
         },
         seq: None,
-        provider: inner.provider.base_url().to_owned(),
+        provider: inner.deps.provider.base_url().to_owned(),
         model: model.to_owned(),
         usage: out.usage,
         steps: out.steps.max(1),
@@ -249,7 +255,7 @@ fn final_checkpoint(
 ) -> Result<Option<u64>, StoreError> {
     let last = last_checkpoint(turn, out, ended);
     let id = turn.session_id;
-    let seq = turn.write(&inner.store, |w, mark| {
+    let seq = turn.write(&inner.deps.store, |w, mark| {
         let seq = w.append_for(mark, id, &last)?.seq;
         w.touch(id)?;
         Ok(seq)
@@ -266,9 +272,9 @@ fn complete(
     out: &Streamed,
     took: Duration,
 ) -> Frame {
-    let provider = inner.provider.base_url().to_owned();
+    let provider = inner.deps.provider.base_url().to_owned();
     let usage = out.usage.unwrap_or_default();
-    let written = turn.write(&inner.store, |w, mark| {
+    let written = turn.write(&inner.deps.store, |w, mark| {
         let ledger_id = w.record_call(&chat_entry(
             turn,
             &provider,
@@ -383,14 +389,14 @@ fn record_chat(
     // One row per step: the last step's own usage and time (earlier steps have theirs).
     let entry = chat_entry(
         turn,
-        inner.provider.base_url(),
+        inner.deps.provider.base_url(),
         model,
         out.step_usage.or(out.usage).unwrap_or_default(),
         out.step_started.map_or(took, |s| s.elapsed()),
         status,
         code,
     );
-    if let Err(e) = inner.store.record_call(&entry) {
+    if let Err(e) = inner.deps.store.record_call(&entry) {
         log::error!("could not record a chat call in the ledger: {e}");
     }
 }

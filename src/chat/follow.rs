@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::engine::Inner;
 use super::frames::{ActiveTurn, EndStatus, Frame, Phase, Subscription};
+use super::state::Inner;
 use crate::session::SessionId;
 use crate::session::events::{Decoded, Event, Payload};
 
@@ -340,10 +340,10 @@ fn error_frame(code: &str, message: &str, frames: &mut Vec<Frame>) {
 pub(super) fn spawn(
     inner: &Arc<Inner>,
     id: SessionId,
-) -> Result<Subscription, super::engine::EngineError> {
+) -> Result<Subscription, super::state::EngineError> {
     // The claim first, then the events, as in every read (see `poll`).
     let held = claimed(inner, id);
-    let initial = inner.store.events_for_context(id)?;
+    let initial = inner.deps.store.events_for_context(id)?;
     let mut follow = Follow::new(id, &initial);
     let turn = Arc::new(ActiveTurn::new(id, 0, 0));
     let subscription = turn.subscribe();
@@ -357,7 +357,7 @@ pub(super) fn spawn(
         .name("brain-follow".into())
         .spawn(move || poll(&inner, id, &following, follow));
     if let Err(e) = spawned {
-        return Err(super::engine::EngineError::Unavailable(format!(
+        return Err(super::state::EngineError::Unavailable(format!(
             "cannot start a thread: {e}"
         )));
     }
@@ -381,7 +381,7 @@ fn poll(inner: &Inner, id: SessionId, turn: &Arc<ActiveTurn>, mut follow: Follow
         }
         // The claim first, then the events: its final event is written before it goes.
         let held = claimed(inner, id);
-        let events = match inner.store.events(id, follow.after_seq(), None) {
+        let events = match inner.deps.store.events(id, follow.after_seq(), None) {
             Ok(events) => events,
             // Deleted: its claim is gone too, so this read ends the stream.
             Err(crate::session::StoreError::SessionNotFound(_)) => Vec::new(),
@@ -400,6 +400,7 @@ fn poll(inner: &Inner, id: SessionId, turn: &Arc<ActiveTurn>, mut follow: Follow
 /// Whether the session is still claimed; a failed look counts as claimed (read again).
 fn claimed(inner: &Inner, id: SessionId) -> bool {
     inner
+        .registry
         .coord
         .claimed(&[id])
         .map(|held| held.contains(&id))

@@ -188,9 +188,9 @@ pub struct ActiveTurn {
     shutdown: AtomicBool,
     /// The attempt's newest permission question, and its decision once it has one (SPEC
     /// §13): what a racing or late answer is told.
-    pub(super) consent: Mutex<Option<super::consent::Waiting>>,
+    pub(super) consent: Mutex<Option<super::slot::Waiting>>,
     /// The session's claim across servers, held while the attempt runs (I7).
-    pub(super) claim: Mutex<Option<super::coord::Claim>>,
+    pub(super) claim: Mutex<Option<crate::session::store::coord::Claim>>,
     /// Set when another server took the session from under the attempt.
     pub(super) claim_lost: AtomicBool,
     /// The seq of the attempt's own newest write (its user message, a checkpoint, a tool

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::engine::{Inner, lock};
 use super::residue;
+use super::state::{Inner, lock};
 use super::summarizer::summarizer;
 use crate::provider::{ChatRequest, ChatRole, Completion, ProviderError, Schema, Shape};
 use crate::session::SessionId;
@@ -140,13 +140,13 @@ pub(super) fn spawn(
 /// turn's pre-send compacts only if its request does not fit without it.
 fn compact_after(job: &Inner, id: SessionId, budget: Budget, model: &str) {
     for _ in 0..=BACKGROUND_MAX_DEFERRALS {
-        match job.compactor.estimate(id) {
+        match job.deps.compactor.estimate(id) {
             Ok((_, tokens)) if budget.over_trigger(tokens) => {}
             _ => return,
         }
         let until = Instant::now() + BACKGROUND_LANE_WAIT;
         let give_up = || job.shutting_down();
-        let Some(permit) = job.provider.lanes().background(until, &give_up) else {
+        let Some(permit) = job.deps.provider.lanes().background(until, &give_up) else {
             return;
         };
         let s = summarizer(job, model, budget.window);
@@ -158,7 +158,7 @@ fn compact_after(job: &Inner, id: SessionId, budget: Budget, model: &str) {
             }
         };
         let bounds = Bounds::within(job.settings.compaction_timeout, &interrupted);
-        match job.compactor.post_persist(id, budget, &s, &bounds) {
+        match job.deps.compactor.post_persist(id, budget, &s, &bounds) {
             // It yielded to a chat attempt: again once the lane is free.
             Err(CompactionError::Interrupted(Interrupt::Stopped)) => continue,
             Ok(_)
@@ -184,7 +184,7 @@ struct Done {
 }
 
 fn exchange(inner: &Inner, id: SessionId, turn: u64, attempt: u32) -> Option<Done> {
-    let events = inner.store.events_for_context(id).ok()?;
+    let events = inner.deps.store.events_for_context(id).ok()?;
     let mut question = None;
     let mut answer = None;
     let mut calls = Vec::new();
@@ -215,7 +215,7 @@ fn exchange(inner: &Inner, id: SessionId, turn: u64, attempt: u32) -> Option<Don
 fn remember(inner: &Inner, id: SessionId, turn: u64, attempt: u32, done: &Done, model: &str) {
     // Read-only-ness is the registry's (the event does not carry it), asked now: a tool
     // nobody knows any more counts as one that writes.
-    let tools = &inner.tools;
+    let tools = &inner.deps.tools;
     let read_only = |name: &str| tools.find(name).is_some_and(|t| t.read_only);
     let residue = residue::residue(&done.calls, &read_only);
     let findings = if inner.settings.distill {
@@ -238,7 +238,7 @@ fn remember(inner: &Inner, id: SessionId, turn: u64, attempt: u32, done: &Done, 
         failures: residue.failures,
         key_findings: findings.unwrap_or_default(),
     });
-    if let Err(e) = inner.store.append(id, &memory) {
+    if let Err(e) = inner.deps.store.append(id, &memory) {
         log::error!("storing turn memory of {id}: {e}");
     }
 }
@@ -274,13 +274,13 @@ fn ask_in_background(
 ) -> Option<Result<Completion, ProviderError>> {
     let (purpose, model) = (ask.purpose, ask.model);
     for _ in 0..=BACKGROUND_MAX_DEFERRALS {
-        if !lock(&inner.breakers).allow(purpose, model, Instant::now()) {
+        if !lock(&inner.jobs.breakers).allow(purpose, model, Instant::now()) {
             return None;
         }
         let give_up = || inner.shutting_down() || !wanted();
         let until = Instant::now() + BACKGROUND_LANE_WAIT;
-        let Some(permit) = inner.provider.lanes().background(until, &give_up) else {
-            lock(&inner.breakers).released(purpose, model);
+        let Some(permit) = inner.deps.provider.lanes().background(until, &give_up) else {
+            lock(&inner.jobs.breakers).released(purpose, model);
             if !inner.shutting_down() && wanted() {
                 log::info!(
                     "{} of {}: skipped, the provider was busy for {BACKGROUND_LANE_WAIT:?}",
@@ -292,7 +292,7 @@ fn ask_in_background(
         };
         match call(inner, ask, permit.cancel_flag()) {
             Err(ProviderError::Cancelled) => {
-                lock(&inner.breakers).released(purpose, model);
+                lock(&inner.jobs.breakers).released(purpose, model);
                 log::info!(
                     "{} of {}: deferred, a chat attempt started",
                     purpose.as_str(),
@@ -328,12 +328,13 @@ fn call(
     };
     let started = Instant::now();
     let result = inner
+        .deps
         .provider
         .complete_shaped(&req, &ask.shape, ask.timeout, cancel);
     let entry = LedgerEntry {
         session_id: Some(ask.id),
         purpose: ask.purpose,
-        provider: inner.provider.base_url().to_owned(),
+        provider: inner.deps.provider.base_url().to_owned(),
         model: ask.model.to_owned(),
         usage: result.as_ref().map_or(Usage::default(), |c| c.usage),
         latency_ms: started.elapsed().as_millis() as u64,
@@ -344,7 +345,7 @@ fn call(
         },
         error_code: result.as_ref().err().map(|e| e.code().to_owned()),
     };
-    if let Err(e) = inner.store.record_call(&entry) {
+    if let Err(e) = inner.deps.store.record_call(&entry) {
         log::error!("could not record a {} call: {e}", ask.purpose.as_str());
     }
     result
@@ -352,7 +353,7 @@ fn call(
 
 /// Tells the breaker how a call went; logs when this failure paused the purpose.
 fn report(inner: &Inner, purpose: Purpose, model: &str, ok: bool) {
-    let mut b = lock(&inner.breakers);
+    let mut b = lock(&inner.jobs.breakers);
     if ok {
         b.succeeded(purpose, model);
     } else if b.failed(purpose, model, Instant::now()) {
@@ -475,7 +476,7 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
     let Some(_claim) = inner.claim_title(id) else {
         return;
     };
-    match inner.store.session(id) {
+    match inner.deps.store.session(id) {
         Ok(s) if s.title.is_none() => {}
         _ => return,
     }
@@ -504,7 +505,7 @@ fn auto_title(inner: &Inner, id: SessionId, exchange: &str, chat_model: &str) {
     report(inner, Purpose::Title, &model, title.is_some());
     let Some(title) = title else { return };
     // Never over a title someone set meanwhile.
-    let result = inner.store.write(|w| {
+    let result = inner.deps.store.write(|w| {
         if w.session(id)?.title.is_none() {
             w.rename(id, title.clone(), TitledBy::Auto)?;
         }

@@ -8,8 +8,8 @@
 //! this server holds its claim, so a question of an attempt another server runs (it holds
 //! the claim) is left alone, and no attempt can start on the session meanwhile.
 
-use super::consent::questions;
-use super::engine::{Engine, lock};
+use super::slot::questions;
+use super::state::{Engine, lock};
 use crate::session::events::{
     Decoded, Event, Payload, PermissionResolved, QuestionKey, resolved_by,
 };
@@ -25,7 +25,7 @@ impl Engine {
     /// seq where every question has its answer. That holds for good, since an answer only
     /// closes a question before it, so those rows can never matter again.
     pub fn resolve_orphaned_questions(&self) -> Result<usize, StoreError> {
-        let store = &self.inner.store;
+        let store = &self.inner.deps.store;
         let mut resolved = 0;
         let mut checked = Vec::new();
         for filed in sessions_filed(&store.questions_to_check()?) {
@@ -33,11 +33,11 @@ impl Engine {
                 checked.push((filed.id, filed.through));
                 continue;
             }
-            if lock(&self.inner.turns).contains_key(&filed.id) {
+            if lock(&self.inner.registry.turns).contains_key(&filed.id) {
                 continue;
             }
             // Held while the answers are written: no attempt runs on the session anywhere.
-            let Some(_claim) = self.inner.coord.claim(filed.id)? else {
+            let Some(_claim) = self.inner.registry.coord.claim(filed.id)? else {
                 continue;
             };
             let mut through = filed.through;

@@ -12,11 +12,11 @@ use std::time::Instant;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::attempt::{Stopped, Streamed, stream};
 use super::consent;
-use super::engine::Inner;
 use super::frames::{ActiveTurn, Frame, Phase};
-use crate::provider::{ChatRequest, Step, ToolCall, ToolDef};
+use super::state::Inner;
+use super::stream::{Stopped, Streamed, stream};
+use crate::provider::{ChatRequest, Step, ToolCall};
 use crate::session::events::{
     MAX_ARGS_BYTES, MAX_PREVIEW_CHARS, Payload, ResultDigest, ToolExecution, cut_bytes, status,
 };
@@ -38,7 +38,7 @@ pub(super) fn run(
     limit_tokens: u64,
     out: &mut Streamed,
 ) -> Stopped {
-    request.tools = definitions(offered);
+    request.tools = super::budget::definitions(offered);
     let max_steps = inner.settings.tool_limits.max_tool_steps.max(1);
     let mut used_ids = HashSet::new();
     loop {
@@ -61,7 +61,7 @@ pub(super) fn run(
         super::end::record_step(inner, turn, model, out);
         // Its text is made durable before the calls: a tool or a permission question may
         // take minutes, and a brain killed meanwhile keeps what was said (§6).
-        if let Err(e) = super::attempt::checkpoint(inner, turn, out) {
+        if let Err(e) = super::stream::checkpoint(inner, turn, out) {
             return Stopped::Store(e);
         }
         let step = out.steps;
@@ -80,26 +80,6 @@ pub(super) fn run(
     }
 }
 
-fn definitions(offered: &[ToolSpec]) -> Vec<ToolDef> {
-    offered
-        .iter()
-        .map(|t| ToolDef {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            parameters: t.parameters.clone(),
-        })
-        .collect()
-}
-
-/// The estimated tokens of the tool definitions a request carries.
-pub(super) fn definitions_tokens(inner: &Inner, offered: &[ToolSpec]) -> u64 {
-    if offered.is_empty() {
-        return 0;
-    }
-    let wire = crate::provider::wire::tools_json(&definitions(offered));
-    inner.estimator.count(&wire.to_string())
-}
-
 /// What replaces the part of a result the window has no room for.
 const NO_ROOM_NOTE: &str = "[the rest of this result did not fit in the model's context window]";
 /// Bytes per estimated token when cutting a result to fit (a low guess: cutting by it
@@ -112,6 +92,7 @@ const BYTES_PER_TOKEN_LOW: usize = 2;
 fn fit_window(inner: &Inner, request: &mut ChatRequest, limit_tokens: u64) {
     let size = |r: &ChatRequest| {
         inner
+            .deps
             .estimator
             .count(&crate::provider::wire::request_body(r, true).to_string())
     };
@@ -125,7 +106,7 @@ fn fit_window(inner: &Inner, request: &mut ChatRequest, limit_tokens: u64) {
     let results_tokens: u64 = step
         .results
         .iter()
-        .map(|(_, c)| inner.estimator.count(c))
+        .map(|(_, c)| inner.deps.estimator.count(c))
         .sum();
     let room = limit_tokens.saturating_sub(total.saturating_sub(results_tokens));
     let share = (room as usize / step.results.len().max(1)) * BYTES_PER_TOKEN_LOW;
@@ -213,11 +194,11 @@ fn run_calls(
             duration_ms: started.elapsed().as_millis() as u64,
         };
         // I7 across servers: each of the attempt's appends only while the session is its own.
-        if !turn.keep_claim(&inner.store) {
+        if !turn.keep_claim(&inner.deps.store) {
             return Err(Stopped::ByUser);
         }
         let seq = turn
-            .append(&inner.store, &Payload::ToolExecution(record.clone()))
+            .append(&inner.deps.store, &Payload::ToolExecution(record.clone()))
             .map_err(Stopped::Store)?
             .seq;
         turn.wrote(seq);
@@ -278,28 +259,70 @@ impl Ran {
     }
 }
 
+/// A call's arguments as a JSON object (an empty string is how some models call a tool
+/// without arguments), or the failure the model is told.
+fn call_arguments(arguments: &str) -> Result<Value, Ran> {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        _ if arguments.trim().is_empty() => Ok(Value::Object(Default::default())),
+        Ok(_) => Err(Ran::failed(
+            status::ERROR,
+            "the arguments are not a JSON object".into(),
+        )),
+        Err(e) => Err(Ran::failed(
+            status::ERROR,
+            format!("the arguments are not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// Whether the call may run by its policy (I9): `None` when it may, else what the model
+/// is told (denied by policy or by the user, or cancelled by a stop while asking).
+fn consented(
+    inner: &Inner,
+    turn: &ActiveTurn,
+    spec: &ToolSpec,
+    call_id: &str,
+    canonical: &str,
+) -> Result<Option<Ran>, crate::session::StoreError> {
+    match spec.policy {
+        Policy::Deny => Ok(Some(Ran::failed(status::DENIED, DENIED_NOTE.into()))),
+        Policy::Allow => Ok(None),
+        Policy::Ask => {
+            if inner
+                .remembered
+                .allows(&inner.deps.store, turn.session_id, &spec.name)?
+            {
+                return Ok(None);
+            }
+            let timeout = inner.settings.tool_limits.permission_timeout;
+            let answer = consent::ask(inner, turn, call_id, &spec.name, canonical, timeout)?;
+            if answer.allow {
+                return Ok(None);
+            }
+            let cancelled = matches!(
+                answer.by,
+                crate::session::events::resolved_by::STOP
+                    | crate::session::events::resolved_by::SHUTDOWN
+            );
+            Ok(Some(if cancelled {
+                Ran::failed(status::CANCELLED, CANCELLED_NOTE.into())
+            } else {
+                Ran::failed(status::DENIED, DENIED_NOTE.into())
+            }))
+        }
+    }
+}
+
 fn run_one(
     inner: &Inner,
     turn: &ActiveTurn,
     spec: Option<&ToolSpec>,
     call: &ToolCall,
 ) -> Result<Ran, crate::session::StoreError> {
-    let args = match serde_json::from_str::<Value>(&call.arguments) {
-        Ok(v @ Value::Object(_)) => v,
-        // An empty string is how some models call a tool without arguments.
-        _ if call.arguments.trim().is_empty() => Value::Object(Default::default()),
-        Ok(_) => {
-            return Ok(Ran::failed(
-                status::ERROR,
-                "the arguments are not a JSON object".into(),
-            ));
-        }
-        Err(e) => {
-            return Ok(Ran::failed(
-                status::ERROR,
-                format!("the arguments are not valid JSON: {e}"),
-            ));
-        }
+    let args = match call_arguments(&call.arguments) {
+        Ok(args) => args,
+        Err(refused) => return Ok(refused),
     };
     let Some(spec) = spec else {
         return Ok(Ran::failed(
@@ -320,36 +343,12 @@ fn run_one(
             ),
         ));
     }
-    match spec.policy {
-        Policy::Deny => {
-            return Ok(Ran::failed(status::DENIED, DENIED_NOTE.into()));
-        }
-        Policy::Allow => {}
-        Policy::Ask => {
-            if !inner
-                .remembered
-                .allows(&inner.store, turn.session_id, &spec.name)?
-            {
-                let timeout = inner.settings.tool_limits.permission_timeout;
-                let answer = consent::ask(inner, turn, &call.id, &spec.name, &canonical, timeout)?;
-                if !answer.allow {
-                    let cancelled = matches!(
-                        answer.by,
-                        crate::session::events::resolved_by::STOP
-                            | crate::session::events::resolved_by::SHUTDOWN
-                    );
-                    return Ok(if cancelled {
-                        Ran::failed(status::CANCELLED, CANCELLED_NOTE.into())
-                    } else {
-                        Ran::failed(status::DENIED, DENIED_NOTE.into())
-                    });
-                }
-            }
-        }
+    if let Some(refused) = consented(inner, turn, spec, &call.id, &canonical)? {
+        return Ok(refused);
     }
     turn.push(Frame::Status { phase: Phase::Tool });
-    let timeout = inner.tools.timeout(&spec.name);
-    let outcome = inner.tools.call(
+    let timeout = inner.deps.tools.timeout(&spec.name);
+    let outcome = inner.deps.tools.call(
         &spec.name,
         &args,
         Instant::now() + timeout,

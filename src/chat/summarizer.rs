@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 
-use super::engine::{Inner, STOP_POLL};
+use super::state::{Inner, STOP_POLL};
 use crate::provider::{ChatRequest, ChatRole, Completion, Provider, ProviderError, Shape};
 use crate::session::compactor::{Bounds, Summarizer, SummaryError, SummaryInput, SummaryOutput};
 
@@ -127,10 +127,10 @@ pub(super) fn summarizer(inner: &Inner, chat_model: &str, chat_window: u64) -> P
     let window = if model == chat_model {
         chat_window
     } else {
-        inner.provider.window(&model, None).tokens
+        inner.deps.provider.window(&model, None).tokens
     };
     ProviderSummarizer {
-        provider: Arc::clone(&inner.provider),
+        provider: Arc::clone(&inner.deps.provider),
         model,
         window,
     }

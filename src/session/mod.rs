@@ -3,7 +3,7 @@
 //! - [`events`]: event kinds and payloads (pure types).
 //! - [`cursor`]: the session list's keyset cursor and archived filter (pure).
 //! - [`search`]: plain-text queries and highlighted snippets (pure).
-//! - [`store`]: the SQLite log (the only place that issues SQL).
+//! - [`store`]: the event log on SQLite or PostgreSQL (where brain's SQL is issued).
 //!
 //! **Architecture invariant:** nothing in `session` knows about HTTP or providers.
 

@@ -117,6 +117,15 @@ pub fn plan_with_floor(
         .chain(newer)
         .find(|&i| ctx.messages[i].role == Role::Assistant)
         .ok_or(Refusal::NoBoundary)?;
+    // The boundary ends an exchange: what stays begins with a user message, which the
+    // summary is joined to (roles alternate in every context; a cut before an answer
+    // would leave the summary followed by half an exchange).
+    assert!(
+        ctx.messages
+            .get(last + 1)
+            .is_some_and(|m| m.role == Role::User),
+        "a compaction must cut right before a user message (cut after message {last})"
+    );
     Ok(Plan {
         last,
         through_seq: ctx.messages[last].last_seq,

@@ -4,7 +4,7 @@
 //! cache effects: the same on SQLite and PostgreSQL; only the few row operations differ,
 //! and each store supplies those ([`Rows`]).
 
-use super::seam::WriteTxn;
+use super::seam::{WriteTxn, assert_next_seq};
 use crate::session::events::{
     CacheEffect, Decoded, Event, ForkedFrom, Payload, Rewind, SessionArchived, SessionId,
     SessionStarted, SessionTitled, TitledBy, UserMessage, kind,
@@ -72,7 +72,8 @@ pub(super) fn create_session(
         forked_from: None,
         imported_from: None,
     });
-    w.insert_event_row(id, started.kind(), &started.to_json(), &now)?;
+    let first = w.insert_event_row(id, started.kind(), &started.to_json(), &now)?;
+    assert_next_seq(id, 0, first.seq);
     w.session(id)
 }
 
@@ -160,7 +161,8 @@ pub(super) fn import_session(w: &mut impl Rows, id: SessionId, events: &[Event])
                 i + 1
             )));
         }
-        w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        let copy = w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        assert_next_seq(id, i as u64, copy.seq);
         if let (Decoded::Known(p), true) = (e.decode(), i > 0) {
             let effect = p.cache_effect();
             w.apply_effect(id, &effect, &e.created_at)?;
@@ -212,7 +214,8 @@ pub(super) fn fork(
         }),
         imported_from: None,
     });
-    w.insert_event_row(id, head.kind(), &head.to_json(), &now)?;
+    let first = w.insert_event_row(id, head.kind(), &head.to_json(), &now)?;
+    assert_next_seq(id, 0, first.seq);
     let (mut renamed, mut archived) = (false, false);
     for e in events.iter().skip(1).take_while(|e| e.seq <= through) {
         let copy = w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
@@ -258,7 +261,8 @@ pub(super) fn extend_imported(w: &mut impl Rows, id: SessionId, events: &[Event]
                 e.kind, e.seq
             )));
         }
-        w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        let copy = w.insert_event_row(id, &e.kind, &e.payload, &e.created_at)?;
+        assert_next_seq(id, last + i as u64, copy.seq);
         if let Decoded::Known(p) = e.decode() {
             w.apply_effect(id, &p.cache_effect(), &e.created_at)?;
         }

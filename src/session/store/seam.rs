@@ -7,7 +7,7 @@
 //! (the reads, and the door to a write transaction) and [`WriteTxn`] (today's writer
 //! operations). An enum would put a `match` in every one of ~25 operations and make every
 //! new backend edit them all; with the traits each store implements them beside its SQL.
-//! [`Store::write`] stays generic over its closure's output: the `FnOnce` and its value are
+//! [`Store::write`] stays generic over its closure's output: the `FnMut` and its value are
 //! carried through one `&mut dyn FnMut` call, so `store.write(|w| w.append(..))` reads as
 //! before.
 
@@ -66,7 +66,9 @@ pub trait WriteTxn {
         if let Some(e) = later.iter().find(|e| mark.superseded_by(e)) {
             return Err(StoreError::Superseded { id, seq: e.seq });
         }
-        self.append(id, payload)
+        let appended = self.append(id, payload)?;
+        assert_next_seq(id, later.last().map_or(mark.after, |e| e.seq), appended.seq);
+        Ok(appended)
     }
     /// Imports a whole session's log byte for byte (export's other half).
     fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
@@ -89,6 +91,17 @@ pub trait WriteTxn {
     /// Removes what the session filed for the restart recovery up to `through` (V16):
     /// every question up to there has its answer.
     fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()>;
+}
+
+/// Seq contiguity at append (I1): the event written after seq `prev` of session `id` is
+/// `prev + 1`. Each store allocates it as `MAX(seq) + 1` inside the write (its session
+/// locked); anything else is a bug in a store, and the write must not commit.
+pub(super) fn assert_next_seq(id: SessionId, prev: u64, seq: u64) {
+    assert_eq!(
+        seq,
+        prev + 1,
+        "session {id}: seq {seq} written after seq {prev} (I1: seqs are 1, 2, 3… with no gap)"
+    );
 }
 
 /// Whether a write's closure may run a second time (see [`Backend::write`]).

@@ -1,5 +1,5 @@
 //! Listing sessions (keyset pages) and searching messages on PostgreSQL (SPEC §7, §16):
-//! the same contract as SQLite's `store/list.rs`, on the `search_text` tsvector (`simple`
+//! the same contract as SQLite's `store/sqlite/list.rs`, on the `search_text` tsvector (`simple`
 //! configuration, GIN index, migrations/postgres V2).
 //!
 //! A plain query is its words, each split into tokens as documents are (see

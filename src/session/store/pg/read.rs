@@ -1,5 +1,5 @@
 //! The read side on PostgreSQL: the same answers as the SQLite store's reads
-//! (`store/read.rs`), as free functions over any client or transaction.
+//! (`store/sqlite/read.rs`), as free functions over any client or transaction.
 //!
 //! A function that issues more than one statement (a page, the context tail, a search's
 //! abandoned marks) sees one snapshot only inside a `REPEATABLE READ` transaction: run it

@@ -122,7 +122,7 @@ impl Store {
 }
 
 /// The write transaction's operations on SQLite (the rules they share with PostgreSQL are
-/// in [`super::rules`]).
+/// in [`crate::session::store::rules`]).
 impl WriteTxn for SqliteWriter<'_> {
     fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
         rules::create_session(self, title, system)
