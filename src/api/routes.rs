@@ -110,17 +110,7 @@ fn session_route(
             engine.delete(id)?;
             Ok(Reply::Answer(http::empty(204)))
         }
-        ("POST", ["messages"]) => {
-            let body = json_body(req)?;
-            let message = string_field(&body, "message")?
-                .ok_or_else(|| ApiError::bad_request("`message` is required"))?;
-            let model = string_field(&body, "model")?;
-            let sub = match seq_field(&body, "edit_of")? {
-                Some(edited) => engine.edit(id, edited, &message, model)?,
-                None => engine.send(id, &message, model)?,
-            };
-            Ok(Reply::Stream(id, sub))
-        }
+        ("POST", ["messages"]) => send_message(api, req, id),
         ("POST", ["fork"]) => {
             let body = json_body(req)?;
             let through = seq_field(&body, "through_seq")?;
@@ -144,30 +134,7 @@ fn session_route(
         ("GET", ["context"]) => context(api, id).map(Reply::Answer),
         ("POST", ["compact"]) => compact(api, id).map(Reply::Answer),
         ("GET", ["events"]) => events(api, id, params).map(Reply::Answer),
-        ("POST", ["permissions", call_id]) => {
-            let body = json_body(req)?;
-            let allow = match string_field(&body, "decision")?.as_deref() {
-                Some("allow") => true,
-                Some("deny") => false,
-                _ => {
-                    return Err(ApiError::bad_request(
-                        "`decision` must be \"allow\" or \"deny\"",
-                    ));
-                }
-            };
-            let remember = match body.get("remember") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(ApiError::bad_request("`remember` must be a boolean")),
-            };
-            engine.store().session(id)?;
-            engine.answer_permission(
-                id,
-                call_id,
-                crate::chat::consent::Answer { allow, remember },
-            )?;
-            Ok(Reply::Answer(http::json(200, &json!({}))))
-        }
+        ("POST", ["permissions", call_id]) => answer_permission(api, req, id, call_id),
         (_, [] | ["messages" | "retry" | "stop" | "live" | "context" | "events" | "fork"])
         | (_, ["permissions", _]) => Err(ApiError::new(
             405,
@@ -176,6 +143,52 @@ fn session_route(
         )),
         _ => Err(ApiError::not_found("no such route")),
     }
+}
+
+/// `POST …/messages`: a new message (or, with `edit_of`, an edit) and its answer's stream.
+fn send_message(api: &Api, req: &Request, id: SessionId) -> Result<Reply, ApiError> {
+    let engine = &api.engine;
+    let body = json_body(req)?;
+    let message = string_field(&body, "message")?
+        .ok_or_else(|| ApiError::bad_request("`message` is required"))?;
+    let model = string_field(&body, "model")?;
+    let sub = match seq_field(&body, "edit_of")? {
+        Some(edited) => engine.edit(id, edited, &message, model)?,
+        None => engine.send(id, &message, model)?,
+    };
+    Ok(Reply::Stream(id, sub))
+}
+
+/// `POST …/permissions/{call_id}`: the person's answer to a waiting question.
+fn answer_permission(
+    api: &Api,
+    req: &Request,
+    id: SessionId,
+    call_id: &str,
+) -> Result<Reply, ApiError> {
+    let engine = &api.engine;
+    let body = json_body(req)?;
+    let allow = match string_field(&body, "decision")?.as_deref() {
+        Some("allow") => true,
+        Some("deny") => false,
+        _ => {
+            return Err(ApiError::bad_request(
+                "`decision` must be \"allow\" or \"deny\"",
+            ));
+        }
+    };
+    let remember = match body.get("remember") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("`remember` must be a boolean")),
+    };
+    engine.store().session(id)?;
+    engine.answer_permission(
+        id,
+        call_id,
+        crate::chat::consent::Answer { allow, remember },
+    )?;
+    Ok(Reply::Answer(http::json(200, &json!({}))))
 }
 
 /// An optional seq field: an integer from 1 to [`MAX_SEQ`]; anything else (a string, a

@@ -33,34 +33,8 @@ pub fn run(
         (Box::new(f), size)
     };
     let (prefix, shape) = sniff(&mut input).map_err(input_error)?;
-    let source = match (from, shape) {
-        (ImportFrom::Auto, Shape::Is(s)) => s,
-        (ImportFrom::Auto, Shape::EmptyArray) => {
-            writeln!(out, "nothing to import: {}", shape.describe())?;
-            return Ok(());
-        }
-        (ImportFrom::Auto, Shape::Unknown(what)) => {
-            return Err(CliError::ImportFailed(format!(
-                "cannot tell which tool wrote {}: it is {what} (nothing was imported)",
-                file.display()
-            )));
-        }
-        (given, shape) => {
-            let wanted = named(given);
-            match shape {
-                Shape::Is(s) if s != wanted => {
-                    return Err(CliError::ImportFailed(format!(
-                        "{} looks like {}, not {}: try --from {} or --from auto (nothing \
-                         was imported)",
-                        file.display(),
-                        shape.describe(),
-                        wanted.name(),
-                        s.name()
-                    )));
-                }
-                _ => wanted,
-            }
-        }
+    let Some(source) = source(from, shape, file, out)? else {
+        return Ok(());
     };
     let read = Arc::new(AtomicU64::new(0));
     let counted = Counted {
@@ -100,6 +74,45 @@ pub fn run(
     let report =
         report.map_err(|e| CliError::ImportFailed(printable(&e.to_string()).into_owned()))?;
     write_report(out, source, &report)
+}
+
+/// Which tool wrote the file: the one `--from` names (refused when the file's shape says
+/// another), or the one its shape shows; `None` when there is nothing to import.
+fn source(
+    from: ImportFrom,
+    shape: Shape,
+    file: &Path,
+    out: &mut dyn Write,
+) -> Result<Option<Source>, CliError> {
+    Ok(Some(match (from, shape) {
+        (ImportFrom::Auto, Shape::Is(s)) => s,
+        (ImportFrom::Auto, Shape::EmptyArray) => {
+            writeln!(out, "nothing to import: {}", shape.describe())?;
+            return Ok(None);
+        }
+        (ImportFrom::Auto, Shape::Unknown(what)) => {
+            return Err(CliError::ImportFailed(format!(
+                "cannot tell which tool wrote {}: it is {what} (nothing was imported)",
+                file.display()
+            )));
+        }
+        (given, shape) => {
+            let wanted = named(given);
+            match shape {
+                Shape::Is(s) if s != wanted => {
+                    return Err(CliError::ImportFailed(format!(
+                        "{} looks like {}, not {}: try --from {} or --from auto (nothing \
+                         was imported)",
+                        file.display(),
+                        shape.describe(),
+                        wanted.name(),
+                        s.name()
+                    )));
+                }
+                _ => wanted,
+            }
+        }
+    }))
 }
 
 fn named(from: ImportFrom) -> Source {

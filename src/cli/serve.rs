@@ -19,9 +19,9 @@ const ATTEMPTS_DEADLINE: Duration = SHUTDOWN_DEADLINE.saturating_sub(Duration::f
 /// How long open streams get to write their last frames before connections are closed.
 const STREAMS_GRACE: Duration = Duration::from_secs(1);
 use crate::provider::Provider;
-use crate::session::SyncMode;
-use crate::tools::ToolLimits;
+use crate::session::{Store, SyncMode};
 use crate::tools::mcp::LinkOptions;
+use crate::tools::{ToolLimits, Tools};
 
 fn validate(args: &ServeArgs) -> Result<(), CliError> {
     if !args.listen.ip().is_loopback()
@@ -60,20 +60,7 @@ pub fn run(
     let mut cfg = p.provider_config();
     cfg.first_token_timeout = Duration::from_secs(args.first_token_timeout);
     cfg.idle_timeout = Duration::from_secs(args.stream_idle_timeout);
-    let settings = EngineSettings {
-        mini_model: args.mini_model.clone(),
-        temperature: args.temperature,
-        distill: args.distill == "on",
-        titles: args.titles == "on",
-        max_message_bytes: args.max_message_bytes as usize,
-        tool_limits: ToolLimits {
-            tool_timeout: Duration::from_secs(args.tools.tool_timeout),
-            max_tool_steps: args.max_tool_steps,
-            permission_timeout: Duration::from_secs(args.permission_timeout),
-            max_tool_result_bytes: args.max_tool_result_bytes as usize,
-        },
-        ..p.engine_settings()
-    };
+    let settings = engine_settings(&args);
     // Servers start in parallel, each within its bound; a name collision stops startup.
     let links = LinkOptions {
         groups: super::tools::server_groups(&db),
@@ -90,16 +77,7 @@ pub fn run(
         coordinator(&db)?,
     );
     recover_questions(&engine);
-    let config = ApiConfig {
-        listen: args.listen,
-        token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
-        allowed_hosts: args.allowed_hosts.clone(),
-        max_body_bytes: args.max_body_bytes as usize,
-        request_timeout: Duration::from_secs(args.request_timeout),
-        idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
-        max_connections: args.max_connections as usize,
-        system_prompt: args.system_prompt.clone(),
-    };
+    let config = api_config(&args);
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| CliError::Serve(format!("cannot handle signals: {e}")))?;
     let mut running = api::start(config, engine.clone()).map_err(CliError::Serve)?;
@@ -122,6 +100,47 @@ pub fn run(
             "SIGTERM"
         }
     );
+    shut_down(&mut running, &engine, &tools, &store);
+    drop(lock);
+    Ok(())
+}
+
+/// The engine's settings: the provider's flags with the server's own (mini model,
+/// distilling, titles, message and tool limits).
+fn engine_settings(args: &ServeArgs) -> EngineSettings {
+    EngineSettings {
+        mini_model: args.mini_model.clone(),
+        temperature: args.temperature,
+        distill: args.distill == "on",
+        titles: args.titles == "on",
+        max_message_bytes: args.max_message_bytes as usize,
+        tool_limits: ToolLimits {
+            tool_timeout: Duration::from_secs(args.tools.tool_timeout),
+            max_tool_steps: args.max_tool_steps,
+            permission_timeout: Duration::from_secs(args.permission_timeout),
+            max_tool_result_bytes: args.max_tool_result_bytes as usize,
+        },
+        ..args.provider.engine_settings()
+    }
+}
+
+/// The HTTP server's settings from the flags (a blank token is no token).
+fn api_config(args: &ServeArgs) -> ApiConfig {
+    ApiConfig {
+        listen: args.listen,
+        token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
+        allowed_hosts: args.allowed_hosts.clone(),
+        max_body_bytes: args.max_body_bytes as usize,
+        request_timeout: Duration::from_secs(args.request_timeout),
+        idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
+        max_connections: args.max_connections as usize,
+        system_prompt: args.system_prompt.clone(),
+    }
+}
+
+/// Shuts down in order: no new connections, the attempts ended, the streams given their
+/// last frames, then the tool servers and the store's maintenance.
+fn shut_down(running: &mut api::Running, engine: &Engine, tools: &Tools, store: &Store) {
     // Attempts end first (their partials saved, their `end` frames sent to the streams
     // still open), then the connections close: a stuck client cannot delay the records.
     running.stop_accepting();
@@ -137,8 +156,6 @@ pub fn run(
     tools.shutdown();
     // A purge in progress stops after its batch and resumes at the next start.
     store.stop_maintenance();
-    drop(lock);
-    Ok(())
 }
 
 /// Denies (`by: restart`) the questions of attempts a kill left waiting, before any request

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use super::CliError;
 use super::term::printable;
-use crate::session::projection::{ItemBody, ui_transcript};
+use crate::session::projection::{Item, ItemBody, ui_transcript};
 use crate::session::{Decoded, Event, Payload, SessionId, Store, StoreError};
 
 /// One line of an export.
@@ -171,75 +171,86 @@ fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<(
         s.created_at, s.updated_at
     )?;
     for item in ui_transcript(&store.events(id, 0, None)?, None) {
-        let at = &item.created_at;
-        let quote = |t: &str| {
-            t.lines()
-                .map(|l| format!("> {l}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        match &item.body {
-            ItemBody::User { text } => writeln!(out, "**You** · {at}\n\n{text}\n")?,
-            ItemBody::Assistant { text, model, .. } => {
-                writeln!(out, "**Assistant** ({model}) · {at}\n\n{text}\n")?
+        write_markdown_item(&item, out)?;
+    }
+    Ok(())
+}
+
+/// One transcript item as Markdown: who or what, when, and its text.
+fn write_markdown_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError> {
+    let at = &item.created_at;
+    match &item.body {
+        ItemBody::User { text } => writeln!(out, "**You** · {at}\n\n{text}\n")?,
+        ItemBody::Assistant { text, model, .. } => {
+            writeln!(out, "**Assistant** ({model}) · {at}\n\n{text}\n")?
+        }
+        ItemBody::Interrupted { text, .. } => writeln!(
+            out,
+            "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
+        )?,
+        ItemBody::Streaming { text, .. } => writeln!(
+            out,
+            "**Assistant, still answering** · {at}\n\n{text}\n\n_(the answer so far)_\n"
+        )?,
+        ItemBody::Error { code, message, .. } => {
+            writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?
+        }
+        ItemBody::Compaction {
+            summary,
+            replaces_through_seq,
+            tokens_before,
+            tokens_after,
+            method,
+        } => writeln!(
+            out,
+            "---\n\n_Compacted: everything through #{replaces_through_seq} {} \
+             ({tokens_before} → {tokens_after} tokens):_\n\n{}\n\n---\n",
+            compacted_how(method),
+            quote(summary)
+        )?,
+        ItemBody::Title { title, .. } => writeln!(out, "_Renamed to “{title}”_ · {at}\n")?,
+        ItemBody::Tool(t) => writeln!(
+            out,
+            "_Tool {} ({}): {}_ · {at}\n",
+            t.name, t.call_id, t.status
+        )?,
+        ItemBody::Permission {
+            name, decision, by, ..
+        } => writeln!(
+            out,
+            "_Permission for {name}: {}_ · {at}\n",
+            match (decision, by) {
+                (Some(d), Some(by)) => super::decided_words(d, by),
+                _ => "not answered".to_owned(),
             }
-            ItemBody::Interrupted { text, .. } => writeln!(
-                out,
-                "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
-            )?,
-            ItemBody::Streaming { text, .. } => writeln!(
-                out,
-                "**Assistant, still answering** · {at}\n\n{text}\n\n_(the answer so far)_\n"
-            )?,
-            ItemBody::Error { code, message, .. } => {
-                writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?
-            }
-            ItemBody::Compaction {
-                summary,
-                replaces_through_seq,
-                tokens_before,
-                tokens_after,
-                method,
-            } => {
-                let done = if method == crate::session::events::method::LLM {
-                    "summarised".to_owned()
-                } else {
-                    format!("condensed to an {method} digest")
-                };
-                writeln!(
-                    out,
-                    "---\n\n_Compacted: everything through #{replaces_through_seq} {done} \
-                     ({tokens_before} → {tokens_after} tokens):_\n\n{}\n\n---\n",
-                    quote(summary)
-                )?
-            }
-            ItemBody::Title { title, .. } => writeln!(out, "_Renamed to “{title}”_ · {at}\n")?,
-            ItemBody::Tool(t) => writeln!(
-                out,
-                "_Tool {} ({}): {}_ · {at}\n",
-                t.name, t.call_id, t.status
-            )?,
-            ItemBody::Permission {
-                name, decision, by, ..
-            } => writeln!(
-                out,
-                "_Permission for {name}: {}_ · {at}\n",
-                match (decision, by) {
-                    (Some(d), Some(by)) => super::decided_words(d, by),
-                    _ => "not answered".to_owned(),
-                }
-            )?,
-            ItemBody::Rewind { edited_seq, .. } => writeln!(
-                out,
-                "_Edited message #{edited_seq}; the earlier version and what followed it \
-                 are kept above as an abandoned branch_ · {at}\n"
-            )?,
-            ItemBody::Unreadable { event_kind } => {
-                writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
-            }
+        )?,
+        ItemBody::Rewind { edited_seq, .. } => writeln!(
+            out,
+            "_Edited message #{edited_seq}; the earlier version and what followed it \
+             are kept above as an abandoned branch_ · {at}\n"
+        )?,
+        ItemBody::Unreadable { event_kind } => {
+            writeln!(out, "_An unreadable {event_kind} event_ · {at}\n")?
         }
     }
     Ok(())
+}
+
+/// What a compaction did, in words: summarised, or condensed to a digest.
+fn compacted_how(method: &str) -> String {
+    if method == crate::session::events::method::LLM {
+        "summarised".to_owned()
+    } else {
+        format!("condensed to an {method} digest")
+    }
+}
+
+/// `text` as a Markdown quote, line by line.
+fn quote(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("> {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The longest line an import reads: an event's payload (an answer may be up to

@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 
 use super::stream::{ArrayStream, text_field};
-use super::{Conversation, Message, ReadError, Role, Source};
+use super::{Conversation, Message, ReadError, Role, Source, count_skipped};
 
 /// The conversations of an export, one at a time.
 pub fn read(input: impl BufRead) -> impl Iterator<Item = Result<Conversation, ReadError>> {
@@ -77,18 +77,14 @@ fn resolve<'a>(mut id: Option<&'a str>, mapping: &'a Map<String, Value>) -> Opti
     id.map(str::to_owned)
 }
 
+/// The message of the node `key`, `None` when it carries none (the root, placeholders).
 fn message(
     key: &str,
     node: &Value,
     mapping: &Map<String, Value>,
 ) -> Result<Option<Message>, String> {
-    if !node.is_object() {
-        return Err(format!("node {key:?} is not an object"));
-    }
-    let m = match node.get("message") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(m) if m.is_object() => m,
-        Some(_) => return Err(format!("the message of node {key:?} is not an object")),
+    let Some(m) = node_message(key, node)? else {
+        return Ok(None);
     };
     let parent = match node.get("parent") {
         None | Some(Value::Null) => None,
@@ -101,38 +97,18 @@ fn message(
         .and_then(Value::as_str)
         .ok_or_else(|| format!("the message of node {key:?} has no `author.role`"))?;
     let mut skipped: Vec<(String, u64)> = Vec::new();
-    let mut skip = |kind: &str| match skipped.iter_mut().find(|(k, _)| k == kind) {
-        Some((_, n)) => *n += 1,
-        None => skipped.push((kind.to_owned(), 1)),
-    };
-    let role = match role_name {
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "system" => Role::System,
-        "tool" => Role::Tool,
-        other => {
-            skip(&format!("{other} message"));
-            Role::System
-        }
-    };
+    let mut skip = |kind: &str| count_skipped(&mut skipped, kind, 1);
+    let role = role_of(role_name, &mut skip);
     let content_type = m
         .get("content")
         .and_then(|c| c.get("content_type"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let hidden = m
-        .pointer("/metadata/is_visually_hidden_from_conversation")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let to_a_tool = role == Role::Assistant
-        && m.get("recipient")
-            .and_then(Value::as_str)
-            .is_some_and(|r| r != "all");
     let (role, text) = if content_type == "user_editable_context" {
         // Custom instructions: what the user told ChatGPT about themselves and how to
         // answer; a system prompt, never a turn of the conversation.
         (Role::System, custom_instructions(m.get("content")))
-    } else if REASONING_CONTENT.contains(&content_type) || to_a_tool || hidden {
+    } else if REASONING_CONTENT.contains(&content_type) || unshown(m, role) {
         // The model's hidden reasoning, its call to a tool (the tool's output follows as
         // its own node) and messages ChatGPT never showed: not part of what was said;
         // skipped over in the tree.
@@ -169,6 +145,47 @@ fn message(
             .map(str::to_owned),
         skipped,
     }))
+}
+
+/// A node's `message` once the node is an object; `None` for one without a message.
+fn node_message<'a>(key: &str, node: &'a Value) -> Result<Option<&'a Value>, String> {
+    if !node.is_object() {
+        return Err(format!("node {key:?} is not an object"));
+    }
+    match node.get("message") {
+        None | Some(Value::Null) => Ok(None),
+        Some(m) if m.is_object() => Ok(Some(m)),
+        Some(_) => Err(format!("the message of node {key:?} is not an object")),
+    }
+}
+
+/// The role ChatGPT's `author.role` names; an unknown one is a system message, counted
+/// as skipped.
+fn role_of(role_name: &str, skip: &mut dyn FnMut(&str)) -> Role {
+    match role_name {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" => Role::System,
+        "tool" => Role::Tool,
+        other => {
+            skip(&format!("{other} message"));
+            Role::System
+        }
+    }
+}
+
+/// Whether ChatGPT never showed the message: hidden from the conversation, or the
+/// model's call to a tool (addressed to a recipient other than `all`).
+fn unshown(m: &Value, role: Role) -> bool {
+    let hidden = m
+        .pointer("/metadata/is_visually_hidden_from_conversation")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let to_a_tool = role == Role::Assistant
+        && m.get("recipient")
+            .and_then(Value::as_str)
+            .is_some_and(|r| r != "all");
+    to_a_tool || hidden
 }
 
 /// Content types of the model's own reasoning (o1/o3 and later), never shown as text.

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::stream::{ArrayStream, text_field};
-use super::{Conversation, Message, ReadError, Role, Source};
+use super::{Conversation, Message, ReadError, Role, Source, count_skipped};
 
 /// The conversations of an export, one at a time.
 pub fn read(input: impl BufRead) -> impl Iterator<Item = Result<Conversation, ReadError>> {
@@ -41,86 +41,9 @@ fn conversation(index: usize, v: &Value) -> Result<Conversation, ReadError> {
         .ok_or_else(|| fail("it has no `chat_messages` array".into()))?;
     let mut messages: Vec<Message> = Vec::with_capacity(list.len());
     for (n, m) in list.iter().enumerate() {
-        let at = |why: &str| fail(format!("message {n}: {why}"));
-        if !m.is_object() {
-            return Err(at("it is not an object"));
-        }
-        let role = match m.get("sender").and_then(Value::as_str) {
-            Some("human") => Role::User,
-            Some("assistant") => Role::Assistant,
-            Some(other) => return Err(at(&format!("unknown sender {other:?}"))),
-            None => return Err(at("it has no `sender`")),
-        };
-        let mut skipped: Vec<(String, u64)> = Vec::new();
-        let mut skip = |kind: &str, count: u64| {
-            if count == 0 {
-                return;
-            }
-            match skipped.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, c)) => *c += count,
-                None => skipped.push((kind.to_owned(), count)),
-            }
-        };
-        let mut texts: Vec<&str> = Vec::new();
-        if let Some(blocks) = m.get("content").and_then(Value::as_array) {
-            for b in blocks {
-                match (
-                    b.get("type").and_then(Value::as_str),
-                    b.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(t)) => texts.push(t),
-                    (Some(kind), _) => skip(kind, 1),
-                    (None, _) => skip("unknown block", 1),
-                }
-            }
-        }
-        let text = if texts.is_empty() {
-            m.get("text")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        } else {
-            texts.join("\n\n")
-        };
-        // Pasted text arrives as an attachment with its `extracted_content`: kept, after
-        // the message; other attachments and files are left out (and counted).
-        let mut text = text;
-        for a in m
-            .get("attachments")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            match a.get("extracted_content").and_then(Value::as_str) {
-                Some(pasted) if !pasted.trim().is_empty() => {
-                    if !text.is_empty() {
-                        text.push_str("\n\n");
-                    }
-                    text.push_str(pasted);
-                }
-                _ => skip("attachment", 1),
-            }
-        }
-        let files = m.get("files").and_then(Value::as_array).map_or(0, Vec::len);
-        skip("file", files as u64);
-        let id = text_field(m, &["uuid"]).unwrap_or_else(|| format!("#{n}"));
-        // Claude keeps every branch in the list and links each message to its parent;
-        // without a link (older exports) the list is one chain.
-        let parent = match m.get("parent_message_uuid").and_then(Value::as_str) {
-            Some(p) if p == CLAUDE_ROOT => None,
-            Some(p) => Some(p.to_owned()),
-            None => messages.last().map(|p: &Message| p.id.clone()),
-        };
-        messages.push(Message {
-            id,
-            parent,
-            role,
-            text,
-            created_at: time(m.get("created_at")),
-            model: None,
-            tool_name: None,
-            skipped,
-        });
+        let message =
+            message(n, m, messages.last()).map_err(|why| fail(format!("message {n}: {why}")))?;
+        messages.push(message);
     }
     Ok(Conversation {
         source: Source::Claude,
@@ -130,6 +53,88 @@ fn conversation(index: usize, v: &Value) -> Result<Conversation, ReadError> {
         current: messages.last().map(|m| m.id.clone()),
         messages,
     })
+}
+
+/// The `n`th of `chat_messages`, following `last` unless it names its parent; an error
+/// says why it cannot be read.
+fn message(n: usize, m: &Value, last: Option<&Message>) -> Result<Message, String> {
+    if !m.is_object() {
+        return Err("it is not an object".into());
+    }
+    let role = match m.get("sender").and_then(Value::as_str) {
+        Some("human") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some(other) => return Err(format!("unknown sender {other:?}")),
+        None => return Err("it has no `sender`".into()),
+    };
+    let mut skipped: Vec<(String, u64)> = Vec::new();
+    let text = message_text(m, &mut skipped);
+    let files = m.get("files").and_then(Value::as_array).map_or(0, Vec::len);
+    count_skipped(&mut skipped, "file", files as u64);
+    let id = text_field(m, &["uuid"]).unwrap_or_else(|| format!("#{n}"));
+    // Claude keeps every branch in the list and links each message to its parent;
+    // without a link (older exports) the list is one chain.
+    let parent = match m.get("parent_message_uuid").and_then(Value::as_str) {
+        Some(p) if p == CLAUDE_ROOT => None,
+        Some(p) => Some(p.to_owned()),
+        None => last.map(|p| p.id.clone()),
+    };
+    Ok(Message {
+        id,
+        parent,
+        role,
+        text,
+        created_at: time(m.get("created_at")),
+        model: None,
+        tool_name: None,
+        skipped,
+    })
+}
+
+/// A message's words: its `text` blocks (or else its `text`), then any pasted text;
+/// other blocks and attachments are counted in `skipped`.
+fn message_text(m: &Value, skipped: &mut Vec<(String, u64)>) -> String {
+    let mut texts: Vec<&str> = Vec::new();
+    if let Some(blocks) = m.get("content").and_then(Value::as_array) {
+        for b in blocks {
+            match (
+                b.get("type").and_then(Value::as_str),
+                b.get("text").and_then(Value::as_str),
+            ) {
+                (Some("text"), Some(t)) => texts.push(t),
+                (Some(kind), _) => count_skipped(skipped, kind, 1),
+                (None, _) => count_skipped(skipped, "unknown block", 1),
+            }
+        }
+    }
+    let text = if texts.is_empty() {
+        m.get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        texts.join("\n\n")
+    };
+    // Pasted text arrives as an attachment with its `extracted_content`: kept, after
+    // the message; other attachments and files are left out (and counted).
+    let mut text = text;
+    for a in m
+        .get("attachments")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        match a.get("extracted_content").and_then(Value::as_str) {
+            Some(pasted) if !pasted.trim().is_empty() => {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(pasted);
+            }
+            _ => count_skipped(skipped, "attachment", 1),
+        }
+    }
+    text
 }
 
 /// The parent Claude gives a conversation's first messages.

@@ -26,7 +26,7 @@ use jiff::{SignedDuration, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::Value;
 
-use super::{Conversation, Message, ReadError, Role, Source, tree};
+use super::{Conversation, Message, ReadError, Role, Source, count_skipped, tree};
 
 /// The first bytes of every SQLite database file (a `logs.db` is one).
 pub const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
@@ -190,14 +190,6 @@ fn role(s: &str) -> Option<Role> {
         "tool" => Role::Tool,
         _ => return None,
     })
-}
-
-/// A part left out of the text, counted by kind.
-fn count(skipped: &mut Vec<(String, u64)>, kind: &str) {
-    match skipped.iter_mut().find(|(k, _)| k == kind) {
-        Some((_, n)) => *n += 1,
-        None => skipped.push((kind.to_owned(), 1)),
-    }
 }
 
 fn with_title(title: Option<&str>, reason: String) -> String {
@@ -460,9 +452,10 @@ fn parts(conn: &Connection, hash: &str) -> Result<Parts, String> {
                 }
                 tool_name = tool_name.or(tool);
             }
-            other => count(
+            other => count_skipped(
                 &mut skipped,
                 if other.is_empty() { "unknown" } else { other },
+                1,
             ),
         }
     }

@@ -93,6 +93,18 @@ pub struct ReadError {
     pub reason: String,
 }
 
+/// Counts `n` parts of `kind` left out of a message's text, beside those of that kind
+/// already counted (none adds no entry).
+fn count_skipped(skipped: &mut Vec<(String, u64)>, kind: &str, n: u64) {
+    if n == 0 {
+        return;
+    }
+    match skipped.iter_mut().find(|(k, _)| k == kind) {
+        Some((_, c)) => *c += n,
+        None => skipped.push((kind.to_owned(), n)),
+    }
+}
+
 pub mod apply;
 pub mod chatgpt;
 pub mod claude;

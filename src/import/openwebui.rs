@@ -15,7 +15,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Conversation, Message, ReadError, Role, Source, tree};
+use super::{Conversation, Message, ReadError, Role, Source, count_skipped, tree};
 
 /// An epoch number at or above this is in milliseconds: as seconds it would be past the
 /// year 5000, as milliseconds it is after March 1973.
@@ -339,7 +339,7 @@ fn message(key: String, m: RawMessage) -> Result<Message, String> {
             for part in parts {
                 match (part.get("type").and_then(Value::as_str), part.get("text")) {
                     (Some("text") | None, Some(Value::String(t))) => text.push_str(t),
-                    (kind, _) => count(&mut skipped, kind.unwrap_or("unknown")),
+                    (kind, _) => count_skipped(&mut skipped, kind.unwrap_or("unknown"), 1),
                 }
             }
             text
@@ -347,9 +347,10 @@ fn message(key: String, m: RawMessage) -> Result<Message, String> {
         Some(_) => return Err(format!("message {key:?}: `content` is not text")),
     };
     for file in m.files.unwrap_or_default() {
-        count(
+        count_skipped(
             &mut skipped,
             file.get("type").and_then(Value::as_str).unwrap_or("file"),
+            1,
         );
     }
     let created_at = m
@@ -374,13 +375,6 @@ fn message(key: String, m: RawMessage) -> Result<Message, String> {
         tool_name: None,
         skipped,
     })
-}
-
-fn count(skipped: &mut Vec<(String, u64)>, kind: &str) {
-    match skipped.iter_mut().find(|(k, _)| k == kind) {
-        Some((_, n)) => *n += 1,
-        None => skipped.push((kind.to_owned(), 1)),
-    }
 }
 
 /// An epoch number in seconds or milliseconds (told apart by size; see [`MILLIS_FROM`]).

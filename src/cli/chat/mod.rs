@@ -33,16 +33,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let backend = backend(db, sync, &args)?;
-    let id = match &args.session {
-        Some(s) => {
-            let id: SessionId = s.parse()?;
-            for item in backend.history(id)? {
-                show_item(&item, out)?;
-            }
-            id
-        }
-        None => backend.create()?,
-    };
+    let id = open_session(backend.as_ref(), args.session.as_deref(), out)?;
     writeln!(
         out,
         "session {id} ({}). Type a message; /retry answers the last one again; /edit [text] \
@@ -66,29 +57,17 @@ pub fn run(
     let terminal = std::io::stdin().is_terminal();
     let lines = Input::spawn();
     loop {
-        if terminal {
-            write!(out, "{PROMPT}")?;
-            out.flush()?;
-        }
-        let Some(line) = lines.next(None) else { break };
+        let Some(line) = prompt(&lines, terminal, out)? else {
+            break;
+        };
         let text = line.trim();
-        if !terminal && !text.is_empty() {
-            writeln!(out, "{PROMPT}{}", printable(text))?;
-        }
         let id = *current.lock().unwrap_or_else(PoisonError::into_inner);
         let frames = match text {
             "" => continue,
             "/quit" | "/exit" => break,
             "/retry" => backend.retry(id),
             "/fork" => {
-                match backend.fork(id) {
-                    Ok(new) => {
-                        *current.lock().unwrap_or_else(PoisonError::into_inner) = new;
-                        writeln!(out, "[forked into session {new}; continuing there]\n")?;
-                    }
-                    Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
-                }
-                out.flush()?;
+                fork(backend.as_ref(), &current, id, out)?;
                 continue;
             }
             t if t == "/edit" || t.starts_with("/edit ") => {
@@ -123,6 +102,59 @@ pub fn run(
         out.flush()?;
     }
     backend.close();
+    Ok(())
+}
+
+/// The session `--session` names, its recent history shown, or else a new one.
+fn open_session(
+    backend: &dyn Backend,
+    session: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<SessionId, CliError> {
+    Ok(match session {
+        Some(s) => {
+            let id: SessionId = s.parse()?;
+            for item in backend.history(id)? {
+                show_item(&item, out)?;
+            }
+            id
+        }
+        None => backend.create()?,
+    })
+}
+
+/// The person's next line (`None` at the end of input), after a prompt on a terminal;
+/// through a pipe the line is shown after the prompt instead, as the conversation reads.
+fn prompt(lines: &Input, terminal: bool, out: &mut dyn Write) -> Result<Option<String>, CliError> {
+    if terminal {
+        write!(out, "{PROMPT}")?;
+        out.flush()?;
+    }
+    let Some(line) = lines.next(None) else {
+        return Ok(None);
+    };
+    let text = line.trim();
+    if !terminal && !text.is_empty() {
+        writeln!(out, "{PROMPT}{}", printable(text))?;
+    }
+    Ok(Some(line))
+}
+
+/// `/fork`: the chat goes on in a copy of the session `id`, or says why it cannot.
+fn fork(
+    backend: &dyn Backend,
+    current: &Mutex<SessionId>,
+    id: SessionId,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    match backend.fork(id) {
+        Ok(new) => {
+            *current.lock().unwrap_or_else(PoisonError::into_inner) = new;
+            writeln!(out, "[forked into session {new}; continuing there]\n")?;
+        }
+        Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
+    }
+    out.flush()?;
     Ok(())
 }
 

@@ -9,10 +9,12 @@
 //! runs: closing kills the group (a wrapper's children too), and a brain killed before it
 //! could close leaves the record for the next start to end ([`super::groups`]).
 
+mod process;
+
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -23,6 +25,7 @@ use serde_json::{Value, json};
 use super::groups::{Groups, SEEN_EVERY};
 use super::jsonrpc::{self, Incoming};
 use super::{Link, LinkOptions, McpError};
+use process::{exited, kill_group};
 
 /// The only variables of brain's environment a server gets (the configuration adds more).
 pub const INHERITED_ENV: &[&str] = &["PATH", "HOME"];
@@ -163,50 +166,7 @@ pub struct StdioLink {
 impl StdioLink {
     /// Starts the process and its reader threads. `name` is for the log.
     pub fn spawn(name: &str, how: &Spawn, opts: &LinkOptions) -> Result<StdioLink, McpError> {
-        let mut cmd = Command::new(&how.command);
-        // Only the environment the configuration names, plus PATH and HOME (SPEC §12): a
-        // server never sees brain's API keys or token.
-        cmd.env_clear();
-        for name in INHERITED_ENV {
-            if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
-            }
-        }
-        cmd.args(&how.args)
-            .envs(how.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(dir) = &how.cwd {
-            cmd.current_dir(dir);
-        }
-        #[cfg(unix)]
-        {
-            // Its own process group: a Ctrl-C meant for brain does not reach it before
-            // brain closes it, and closing can end its children too (`npx` runs `node`),
-            // as can the next start after a SIGKILL (the group is recorded below).
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
-        #[cfg(target_os = "linux")]
-        {
-            // Killed with brain: a brain that is SIGKILLed cannot close it, and a server
-            // stuck in a call does not notice its stdin closing. The signal follows the
-            // thread that spawns it, a server's supervisor, which lives as long as brain
-            // serves. Its own children (`npx` runs `node`, a shell's `cmd &`) do not
-            // inherit it: the next start kills what is left of its group.
-            use std::os::unix::process::CommandExt;
-            // SAFETY: between fork and exec only async-signal-safe calls: prctl(2).
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let mut child = cmd
+        let mut child = process::command(how)
             .spawn()
             .map_err(|e| McpError::Spawn(format!("{}: {e}", how.command)))?;
         // Recorded before anything else can fail: every way out from here kills the group,
@@ -233,41 +193,7 @@ impl StdioLink {
             limits: opts.clone(),
             pid: child.id(),
         });
-        let reader = Arc::clone(&shared);
-        let logger = Arc::clone(&shared);
-        let writer = Arc::clone(&shared);
-        // Dropped when stderr ends, so a server that dies can be described by its last
-        // words (they may arrive just after its stdout closes).
-        let (stderr_open, stderr_done) = mpsc::channel::<()>();
-        let spawned = std::thread::Builder::new()
-            .name(format!("mcp-{name}-in"))
-            .spawn(move || write_stdin(&writer, stdin, lines))
-            .and_then(|_| {
-                std::thread::Builder::new()
-                    .name(format!("mcp-{name}"))
-                    .spawn(move || read_stdout(&reader, stdout, &stderr_done))
-            })
-            .and_then(|_| {
-                std::thread::Builder::new()
-                    .name(format!("mcp-{name}-stderr"))
-                    .spawn(move || {
-                        read_stderr(&logger, stderr);
-                        drop(stderr_open);
-                    })
-            });
-        // A server slow to start (npx fetching its package) may start its real server
-        // long after it was recorded: vouched for every second until it answers.
-        let spawned = spawned.and_then(|_| match opts.groups.clone() {
-            Some(groups) => {
-                let starting = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("mcp-{name}-start"))
-                    .spawn(move || vouch_while_starting(&starting, &groups))
-                    .map(drop)
-            }
-            None => Ok(()),
-        });
-        if let Err(e) = spawned {
+        if let Err(e) = start_threads(name, &shared, (stdin, stdout, stderr), lines) {
             kill_group(&mut child, opts.groups.as_deref());
             return Err(McpError::Spawn(format!("cannot start a thread: {e}")));
         }
@@ -284,6 +210,50 @@ impl StdioLink {
     }
 }
 
+/// The connection's threads: the writer, the stdout reader, the stderr logger, and
+/// (for a recorded group) the one vouching for it while it starts.
+fn start_threads(
+    name: &str,
+    shared: &Arc<Shared>,
+    (stdin, stdout, stderr): (ChildStdin, ChildStdout, ChildStderr),
+    lines: mpsc::Receiver<String>,
+) -> std::io::Result<()> {
+    let reader = Arc::clone(shared);
+    let logger = Arc::clone(shared);
+    let writer = Arc::clone(shared);
+    // Dropped when stderr ends, so a server that dies can be described by its last
+    // words (they may arrive just after its stdout closes).
+    let (stderr_open, stderr_done) = mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name(format!("mcp-{name}-in"))
+        .spawn(move || write_stdin(&writer, stdin, lines))
+        .and_then(|_| {
+            std::thread::Builder::new()
+                .name(format!("mcp-{name}"))
+                .spawn(move || read_stdout(&reader, stdout, &stderr_done))
+        })
+        .and_then(|_| {
+            std::thread::Builder::new()
+                .name(format!("mcp-{name}-stderr"))
+                .spawn(move || {
+                    read_stderr(&logger, stderr);
+                    drop(stderr_open);
+                })
+        });
+    // A server slow to start (npx fetching its package) may start its real server
+    // long after it was recorded: vouched for every second until it answers.
+    spawned.and_then(|_| match shared.limits.groups.clone() {
+        Some(groups) => {
+            let starting = Arc::clone(shared);
+            std::thread::Builder::new()
+                .name(format!("mcp-{name}-start"))
+                .spawn(move || vouch_while_starting(&starting, &groups))
+                .map(drop)
+        }
+        None => Ok(()),
+    })
+}
+
 /// While the server has not answered, tells `groups` every [`SEEN_EVERY`] that its group
 /// is still brain's ([`Groups::starting`]), until it answers or the connection ends.
 fn vouch_while_starting(shared: &Shared, groups: &Groups) {
@@ -291,55 +261,6 @@ fn vouch_while_starting(shared: &Shared, groups: &Groups) {
     while broken.is_none() && MutexGuard::unlocked(&mut broken, || groups.starting(shared.pid)) {
         shared.ended.wait_for(&mut broken, SEEN_EVERY);
     }
-}
-
-/// Kills the server's whole group (a wrapper's children go too), forgets the group's
-/// record, and reaps the server.
-fn kill_group(child: &mut Child, groups: Option<&Groups>) {
-    #[cfg(unix)]
-    {
-        // Its pid is its group's id (`process_group(0)`), and it cannot be reused while
-        // the process is not reaped: `close` waits for it without reaping, and the reap
-        // comes last, so the signal never reaches a group that took the id since.
-        let pgid = child.id() as libc::pid_t;
-        // SAFETY: kill(2) with a negative pid signals that process group; no memory is
-        // touched.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    }
-    let _ = child.kill();
-    if let Some(groups) = groups {
-        groups.forget(child.id());
-    }
-    let _ = child.wait();
-}
-
-/// Whether the server has exited, without reaping it (its pid stays taken until
-/// [`kill_group`] has signalled its group).
-#[cfg(target_os = "linux")]
-fn exited(child: &mut Child) -> bool {
-    let pid: libc::id_t = child.id();
-    // SAFETY: an all-zero siginfo_t is a valid value of the plain C struct.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: waitid(2) writes only the siginfo_t it is given. With WNOHANG and nothing
-    // to report it leaves si_pid as zeroed above; WNOWAIT leaves the child unreaped.
-    let r = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    // SAFETY: si_pid reads a field waitid filled (or left zero).
-    r != 0 || unsafe { info.si_pid() } != 0
-}
-
-/// Elsewhere no group is recorded, and a reap before the kill is what there is.
-#[cfg(not(target_os = "linux"))]
-fn exited(child: &mut Child) -> bool {
-    !matches!(child.try_wait(), Ok(None))
 }
 
 impl Link for StdioLink {
@@ -542,6 +463,8 @@ fn read_line(
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
     use super::*;
 
     fn lines(input: &[u8], max: usize, skip_rest: bool) -> Vec<(String, &'static str)> {
