@@ -17,7 +17,7 @@ use crate::session::store::types::SessionRow;
 pub const FORK_TITLE_SUFFIX: &str = " (fork)";
 
 /// The row operations a store gives the shared writes, inside its write transaction.
-pub(super) trait Rows: WriteTxn {
+pub trait Rows: WriteTxn {
     /// The current time in the stored format.
     fn now(&self) -> String;
     /// Refuses a missing (or deleted) session; PostgreSQL also locks its row, so nothing
@@ -57,9 +57,29 @@ pub(super) trait Rows: WriteTxn {
     fn shaping_events(&mut self, id: SessionId) -> Result<Vec<Event>>;
 }
 
+/// The event a store just inserted, as it was written.
+pub(super) fn written(seq: u64, kind: &str, payload: &str, created_at: &str) -> Event {
+    Event {
+        seq,
+        kind: kind.to_owned(),
+        payload: payload.to_owned(),
+        created_at: created_at.to_owned(),
+    }
+}
+
+/// Refuses `session_started` in an append: only creating a session writes it.
+pub(super) fn refuse_started(payload: &Payload) -> Result<()> {
+    if matches!(payload, Payload::SessionStarted(_)) {
+        return Err(StoreError::Refused(
+            "session_started is written only when a session is created",
+        ));
+    }
+    Ok(())
+}
+
 /// Creates a session and its `session_started` event (seq 1) together.
 pub(super) fn create_session(
-    w: &mut impl Rows,
+    w: &mut dyn Rows,
     title: Option<String>,
     system: String,
 ) -> Result<SessionRow> {
@@ -80,7 +100,7 @@ pub(super) fn create_session(
 /// Renames a session (a `session_titled` event). Setting the title it already has writes
 /// nothing.
 pub(super) fn rename(
-    w: &mut impl Rows,
+    w: &mut dyn Rows,
     id: SessionId,
     title: String,
     by: TitledBy,
@@ -95,7 +115,7 @@ pub(super) fn rename(
 
 /// Archives or unarchives a session (a `session_archived` event). Asking for the state it
 /// is already in writes nothing.
-pub(super) fn set_archived(w: &mut impl Rows, id: SessionId, archived: bool) -> Result<SessionRow> {
+pub(super) fn set_archived(w: &mut dyn Rows, id: SessionId, archived: bool) -> Result<SessionRow> {
     let row = w.session(id)?;
     if row.archived == archived {
         return Ok(row);
@@ -110,7 +130,7 @@ pub(super) fn set_archived(w: &mut impl Rows, id: SessionId, archived: bool) -> 
 /// [`StoreError::NotEditable`] unless the message is a user message of the current branch
 /// after the newest visible compaction's boundary. An archived session is unarchived
 /// first, as a send does.
-pub(super) fn edit(w: &mut impl Rows, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+pub(super) fn edit(w: &mut dyn Rows, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
     w.hold(id)?;
     let target = w.event_at(id, edited_seq)?;
     let shaping = w.shaping_events(id)?;
@@ -136,7 +156,7 @@ pub(super) fn edit(w: &mut impl Rows, id: SessionId, edited_seq: u64, text: &str
 /// Imports `events` whole as the new session `id` (SPEC §15): the same seqs (1, 2, … with
 /// no gap), kinds, payload bytes and times, the cache row derived from the events as
 /// appends would have derived it.
-pub(super) fn import_session(w: &mut impl Rows, id: SessionId, events: &[Event]) -> Result<()> {
+pub(super) fn import_session(w: &mut dyn Rows, id: SessionId, events: &[Event]) -> Result<()> {
     w.free_id(id)?;
     let Some(first) = events.first() else {
         return Err(StoreError::Corrupt(format!("session {id} has no events")));
@@ -185,7 +205,7 @@ pub(super) fn import_session(w: &mut impl Rows, id: SessionId, events: &[Event])
 /// rename or archive the session, one more event after them says the fork's own title (or
 /// unarchives it), so the cache row stays what the log says.
 pub(super) fn fork(
-    w: &mut impl Rows,
+    w: &mut dyn Rows,
     source: SessionId,
     through: Option<u64>,
     active: Option<(u64, u32)>,
@@ -248,7 +268,7 @@ pub(super) fn fork(
 
 /// Appends events an import made (SPEC §15) with their own timestamps: they must continue
 /// the session's seqs exactly; `session_started` is refused.
-pub(super) fn extend_imported(w: &mut impl Rows, id: SessionId, events: &[Event]) -> Result<()> {
+pub(super) fn extend_imported(w: &mut dyn Rows, id: SessionId, events: &[Event]) -> Result<()> {
     w.hold(id)?;
     let last = w.last_seq(id)?;
     if last == 0 {

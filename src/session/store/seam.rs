@@ -16,6 +16,7 @@ use std::path::Path;
 use super::ledger::{LedgerEntry, UsageReport};
 use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
 pub use super::mark::AttemptMark;
+use super::rules::{self, Rows};
 use crate::clock::Clock;
 use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
 use crate::session::projection::page::Page;
@@ -29,14 +30,26 @@ pub type Writer<'a> = dyn WriteTxn + 'a;
 /// What a write transaction can do, on either store. See the SQLite store's
 /// [`super::SqliteWriter`] for each operation's contract; the PostgreSQL store keeps the same.
 pub trait WriteTxn {
+    /// The store's row operations, for the write rules both stores share
+    /// ([`super::rules`]): only the stores implement this trait, so the door stays inside
+    /// `session::store`.
+    #[doc(hidden)]
+    #[allow(private_interfaces)]
+    fn rows(&mut self) -> &mut dyn Rows;
     /// Creates a session and its `session_started` event (seq 1) together.
-    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow>;
+    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
+        rules::create_session(self.rows(), title, system)
+    }
     /// Appends one event with the next seq, updating the session's cache row.
     fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event>;
     /// Renames a session; the title it already has writes nothing.
-    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow>;
+    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        rules::rename(self.rows(), id, title, by)
+    }
     /// Archives or unarchives a session; the state it is in writes nothing.
-    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow>;
+    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        rules::set_archived(self.rows(), id, archived)
+    }
     /// Moves the session's `updated_at` to now.
     fn touch(&mut self, id: SessionId) -> Result<()>;
     /// The session's cache row, as of this transaction.
@@ -71,13 +84,19 @@ pub trait WriteTxn {
         Ok(appended)
     }
     /// Imports a whole session's log byte for byte (export's other half).
-    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
+    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        rules::import_session(self.rows(), id, events)
+    }
     /// Appends imported events that continue the session's seqs exactly.
-    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()>;
+    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
+        rules::extend_imported(self.rows(), id, events)
+    }
     /// Deletes a whole session (its ledger rows stay).
     fn delete_session(&mut self, id: SessionId) -> Result<()>;
     /// Edits the user message at `edited_seq`: a `rewind` and the new message (SPEC §14).
-    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event>;
+    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
+        rules::edit(self.rows(), id, edited_seq, text)
+    }
     /// Forks `source` into a new session (SPEC §14).
     fn fork(
         &mut self,
@@ -85,7 +104,9 @@ pub trait WriteTxn {
         through: Option<u64>,
         active: Option<(u64, u32)>,
         upto: u64,
-    ) -> Result<SessionRow>;
+    ) -> Result<SessionRow> {
+        rules::fork(self.rows(), source, through, active, upto)
+    }
     /// Records a provider call; returns its ledger id.
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64>;
     /// Removes what the session filed for the restart recovery up to `through` (V16):
@@ -362,5 +383,28 @@ impl Store {
     /// Usage sums for one session (its rows outlive it), or for everything.
     pub fn usage(&self, session: Option<SessionId>) -> Result<UsageReport> {
         self.backend.usage(session)
+    }
+}
+
+/// One-write conveniences (tests, import, the engine's small writes).
+impl Store {
+    /// Creates a session with its `session_started` event.
+    pub fn create_session(&self, title: Option<String>, system: String) -> Result<SessionRow> {
+        self.write(|w| w.create_session(title.clone(), system.clone()))
+    }
+
+    /// Appends one event (see [`Writer::append`]).
+    pub fn append(&self, id: SessionId, payload: &Payload) -> Result<Event> {
+        self.write(|w| w.append(id, payload))
+    }
+
+    /// Renames a session (see [`Writer::rename`]).
+    pub fn rename(&self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
+        self.write(|w| w.rename(id, title.clone(), by))
+    }
+
+    /// Archives or unarchives a session (see [`Writer::set_archived`]).
+    pub fn set_archived(&self, id: SessionId, archived: bool) -> Result<SessionRow> {
+        self.write(|w| w.set_archived(id, archived))
     }
 }

@@ -1,14 +1,18 @@
 //! The row operations the shared write rules ([`crate::session::store::rules`]: create,
 //! rename, archive, edit, fork, import) use on PostgreSQL.
 
-use super::rows::{EVENT_COLUMNS, event_row, to_i64};
+use postgres::types::Type;
+
+use super::rows::{EVENT_COLUMNS, event_row, to_i64, typed};
 use super::write::PgWriter;
+use super::write::{as_seq, without_nul};
 use crate::session::events::{CacheEffect, Event, SessionId, kind};
 use crate::session::store::error::{Result, StoreError};
+use crate::session::store::rules;
 use crate::session::store::seam::WriteTxn;
 
 /// The row operations of the shared write rules, on PostgreSQL.
-impl crate::session::store::rules::Rows for PgWriter<'_> {
+impl rules::Rows for PgWriter<'_> {
     fn now(&self) -> String {
         self.clock().now_string()
     }
@@ -25,7 +29,19 @@ impl crate::session::store::rules::Rows for PgWriter<'_> {
         system: &str,
         now: &str,
     ) -> Result<()> {
-        self.insert_session(id, title, system, now)
+        self.tx().query_typed(
+            "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
+             VALUES ($1, $2, false, $3, $4::timestamptz, $4::timestamptz)",
+            &[
+                typed(&id.as_uuid(), Type::UUID),
+                typed(&title.map(without_nul), Type::TEXT),
+                typed(&without_nul(system), Type::TEXT),
+                typed(&now, Type::TEXT),
+            ],
+        )?;
+        // Invisible to others until commit: as good as locked.
+        self.locked.insert(id);
+        Ok(())
     }
     fn insert_event_row(
         &mut self,
@@ -34,7 +50,24 @@ impl crate::session::store::rules::Rows for PgWriter<'_> {
         payload: &str,
         created_at: &str,
     ) -> Result<Event> {
-        self.insert_event(id, kind, payload, created_at)
+        let seq: i64 = self
+            .tx()
+            .query_typed_one(
+                "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
+                 VALUES (
+                     $1,
+                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = $1),
+                     $2, $3::json, $4::timestamptz)
+                 RETURNING seq",
+                &[
+                    typed(&id.as_uuid(), Type::UUID),
+                    typed(&kind, Type::TEXT),
+                    typed(&payload, Type::TEXT),
+                    typed(&created_at, Type::TEXT),
+                ],
+            )?
+            .try_get(0)?;
+        Ok(rules::written(as_seq(seq)?, kind, payload, created_at))
     }
     fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
         self.apply_cache_effect(id, effect, at).map(|_| ())

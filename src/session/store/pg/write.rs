@@ -26,10 +26,10 @@ use postgres::types::{ToSql, Type};
 
 use super::rows::{EVENT_COLUMNS, SESSION_COLUMNS, event_row, session_row, to_i64, typed};
 use crate::clock::Clock;
-use crate::session::events::{CacheEffect, Event, Payload, SessionId, TitledBy};
+use crate::session::events::{CacheEffect, Event, Payload, SessionId};
 use crate::session::store::error::{Result, StoreError};
 use crate::session::store::ledger::LedgerEntry;
-use crate::session::store::rules;
+use crate::session::store::rules::{self, Rows};
 use crate::session::store::seam::WriteTxn;
 use crate::session::store::types::SessionRow;
 
@@ -38,7 +38,7 @@ pub struct PgWriter<'t> {
     tx: &'t mut Client,
     clock: &'t Clock,
     /// Sessions whose row this transaction holds locked (or created).
-    locked: HashSet<SessionId>,
+    pub(super) locked: HashSet<SessionId>,
 }
 
 impl<'t> PgWriter<'t> {
@@ -108,62 +108,6 @@ impl<'t> PgWriter<'t> {
         Ok(found)
     }
 
-    pub(super) fn insert_session(
-        &mut self,
-        id: SessionId,
-        title: Option<&str>,
-        system: &str,
-        created_at: &str,
-    ) -> Result<()> {
-        self.tx.query_typed(
-            "INSERT INTO sessions (id, title, archived, system, created_at, updated_at)
-             VALUES ($1, $2, false, $3, $4::timestamptz, $4::timestamptz)",
-            &[
-                typed(&id.as_uuid(), Type::UUID),
-                typed(&title.map(without_nul), Type::TEXT),
-                typed(&without_nul(system), Type::TEXT),
-                typed(&created_at, Type::TEXT),
-            ],
-        )?;
-        // Invisible to others until commit: as good as locked.
-        self.locked.insert(id);
-        Ok(())
-    }
-
-    /// Inserts the event with seq = the session's last + 1. Safe only with the session's
-    /// row locked by this transaction, or created by it.
-    pub(super) fn insert_event(
-        &mut self,
-        id: SessionId,
-        kind: &str,
-        payload: &str,
-        created_at: &str,
-    ) -> Result<Event> {
-        let seq: i64 = self
-            .tx
-            .query_typed_one(
-                "INSERT INTO session_events (session_id, seq, kind, payload, created_at)
-                 VALUES (
-                     $1,
-                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM session_events WHERE session_id = $1),
-                     $2, $3::json, $4::timestamptz)
-                 RETURNING seq",
-                &[
-                    typed(&id.as_uuid(), Type::UUID),
-                    typed(&kind, Type::TEXT),
-                    typed(&payload, Type::TEXT),
-                    typed(&created_at, Type::TEXT),
-                ],
-            )?
-            .try_get(0)?;
-        Ok(Event {
-            seq: as_seq(seq)?,
-            kind: kind.to_owned(),
-            payload: payload.to_owned(),
-            created_at: created_at.to_owned(),
-        })
-    }
-
     /// Updates the cache row as the effect says (which locks it); whether a row was
     /// updated (none when the effect changes nothing or the session does not exist).
     pub(super) fn apply_cache_effect(
@@ -200,24 +144,20 @@ pub fn without_nul(text: &str) -> String {
     text.replace('\0', "\u{FFFD}")
 }
 
-fn as_seq(seq: i64) -> Result<u64> {
+pub(super) fn as_seq(seq: i64) -> Result<u64> {
     u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("a negative seq ({seq})")))
 }
 
 impl WriteTxn for PgWriter<'_> {
-    fn create_session(&mut self, title: Option<String>, system: String) -> Result<SessionRow> {
-        rules::create_session(self, title, system)
+    fn rows(&mut self) -> &mut dyn rules::Rows {
+        self
     }
     fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
-        if matches!(payload, Payload::SessionStarted(_)) {
-            return Err(StoreError::Refused(
-                "session_started is written only when a session is created",
-            ));
-        }
+        rules::refuse_started(payload)?;
         let now = self.clock.now_string();
         let effect = payload.cache_effect();
         if self.locked.contains(&id) {
-            let event = self.insert_event(id, payload.kind(), &payload.to_json(), &now)?;
+            let event = self.insert_event_row(id, payload.kind(), &payload.to_json(), &now)?;
             self.apply_cache_effect(id, &effect, &now)?;
             return Ok(event);
         }
@@ -227,13 +167,7 @@ impl WriteTxn for PgWriter<'_> {
             self.lock_session(id)?;
         }
         self.locked.insert(id);
-        self.insert_event(id, payload.kind(), &payload.to_json(), &now)
-    }
-    fn rename(&mut self, id: SessionId, title: String, by: TitledBy) -> Result<SessionRow> {
-        rules::rename(self, id, title, by)
-    }
-    fn set_archived(&mut self, id: SessionId, archived: bool) -> Result<SessionRow> {
-        rules::set_archived(self, id, archived)
+        self.insert_event_row(id, payload.kind(), &payload.to_json(), &now)
     }
     fn touch(&mut self, id: SessionId) -> Result<()> {
         let now = self.clock.now_string();
@@ -291,12 +225,6 @@ impl WriteTxn for PgWriter<'_> {
     fn events_after(&mut self, id: SessionId, after_seq: u64) -> Result<Vec<Event>> {
         self.events_from(id, after_seq, None)
     }
-    fn import_session(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        rules::import_session(self, id, events)
-    }
-    fn extend_imported(&mut self, id: SessionId, events: &[Event]) -> Result<()> {
-        rules::extend_imported(self, id, events)
-    }
     /// Deletes the session's events and cache row at once: PostgreSQL has no single
     /// writer for a long delete to hold up. Ledger rows stay.
     fn delete_session(&mut self, id: SessionId) -> Result<()> {
@@ -309,18 +237,6 @@ impl WriteTxn for PgWriter<'_> {
             .execute("DELETE FROM sessions WHERE id = $1", &[&id.as_uuid()])?;
         self.locked.remove(&id);
         Ok(())
-    }
-    fn edit(&mut self, id: SessionId, edited_seq: u64, text: &str) -> Result<Event> {
-        rules::edit(self, id, edited_seq, text)
-    }
-    fn fork(
-        &mut self,
-        source: SessionId,
-        through: Option<u64>,
-        active: Option<(u64, u32)>,
-        upto: u64,
-    ) -> Result<SessionRow> {
-        rules::fork(self, source, through, active, upto)
     }
     fn record_call(&mut self, e: &LedgerEntry) -> Result<i64> {
         let now = self.clock.now_string();

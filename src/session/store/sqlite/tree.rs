@@ -9,8 +9,9 @@ use super::read::{events_after, shaping_events};
 use super::write::SqliteWriter;
 use crate::session::events::{CacheEffect, Event, SessionId};
 use crate::session::store::error::Result;
+use crate::session::store::rules;
 
-impl crate::session::store::rules::Rows for SqliteWriter<'_> {
+impl rules::Rows for SqliteWriter<'_> {
     fn now(&self) -> String {
         self.clock().now_string()
     }
@@ -35,6 +36,8 @@ impl crate::session::store::rules::Rows for SqliteWriter<'_> {
             .execute(params![id.to_string(), title, system, now])?;
         Ok(())
     }
+    /// The row with seq = the session's last + 1 and its search key (`key`: its time):
+    /// safe because the writer's `BEGIN IMMEDIATE` makes the read and the insert one step.
     fn insert_event_row(
         &mut self,
         id: SessionId,
@@ -42,10 +45,42 @@ impl crate::session::store::rules::Rows for SqliteWriter<'_> {
         payload: &str,
         created_at: &str,
     ) -> Result<Event> {
-        self.insert_event(id, kind, payload, created_at)
+        let key = super::key::next_key(self.conn(), created_at)?;
+        let seq: u64 = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO session_events (session_n, seq, id, kind, payload, created_at)
+                 SELECT s.n,
+                        (SELECT COALESCE(MAX(e.seq), 0) + 1 FROM session_events e
+                         WHERE e.session_n = s.n),
+                        ?5, ?2, ?3, ?4
+                 FROM sessions s WHERE s.id = ?1
+                 RETURNING seq",
+            )?
+            .query_row(
+                params![id.to_string(), kind, payload, created_at, key],
+                |r| r.get(0),
+            )?;
+        Ok(rules::written(seq, kind, payload, created_at))
     }
-    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, at: &str) -> Result<()> {
-        self.apply_cache_effect(id, effect, at)
+    fn apply_effect(&mut self, id: SessionId, effect: &CacheEffect, now: &str) -> Result<()> {
+        let key = id.to_string();
+        if let Some(title) = &effect.title {
+            self.conn()
+                .prepare_cached("UPDATE sessions SET title = ?2 WHERE id = ?1")?
+                .execute(params![key, title])?;
+        }
+        if let Some(archived) = effect.archived {
+            self.conn()
+                .prepare_cached("UPDATE sessions SET archived = ?2 WHERE id = ?1")?
+                .execute(params![key, archived])?;
+        }
+        if effect.touches_updated_at {
+            self.conn()
+                .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+                .execute(params![key, now])?;
+        }
+        Ok(())
     }
     fn free_id(&mut self, id: SessionId) -> Result<()> {
         self.purge_now(id)
