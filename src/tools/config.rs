@@ -1,6 +1,7 @@
 //! `--mcp-config PATH`: the `{"mcpServers": {...}}` file other MCP clients use, so a user
-//! can paste theirs (SPEC §13). [`parse`] is pure: text in, servers or an error naming the server and
-//! field out ([`load`] reads the file first). Keys brain does not know are ignored (other clients add their own).
+//! can paste theirs (SPEC §13). [`parse`] is pure: text in, servers or an error naming
+//! the server and field out ([`load`] reads the file first). Keys brain does not know are
+//! ignored (other clients add their own).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //!
 //! One [`SqliteStore`] owns one database file: a single writer connection that concurrent
 //! writers queue for in arrival order and that commits them in groups ([`lane`]; SQLite's
-//! own busy handler starves competing writer connections, measured in the project's shared facts), and a pool of
+//! own busy handler starves competing writer connections, as measured), and a pool of
 //! reader connections that never block on it (WAL). Every write runs inside a `BEGIN
 //! IMMEDIATE` transaction in which `seq` is allocated and the `sessions` cache row is
 //! updated, so the cache can never disagree with the log. Read-then-write steps (the
