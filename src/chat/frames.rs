@@ -426,6 +426,18 @@ impl Iterator for Subscription {
 mod tests {
     use super::*;
 
+    /// An attempt's own writes only move forward: the same write told twice is fine (an
+    /// append and its checkpoint both report it), an older one is a bug.
+    #[test]
+    fn an_attempts_writes_only_move_forward() {
+        let t = ActiveTurn::new(SessionId::generate(), 2, 1);
+        t.wrote(5);
+        t.wrote(5);
+        t.wrote(9);
+        let older = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.wrote(7)));
+        assert!(older.is_err(), "an older write must be refused");
+    }
+
     #[test]
     fn frames_serialise_with_their_type() {
         let f = Frame::Usage(Usage {

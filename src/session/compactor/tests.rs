@@ -227,3 +227,27 @@ proptest! {
         }
     }
 }
+
+/// A context whose roles do not alternate is a bug upstream (the projection alternates
+/// them): a cut that would leave the summary before an answer is refused loudly.
+#[test]
+#[should_panic(expected = "a compaction must cut right before a user message")]
+fn a_cut_before_an_answer_is_a_bug() {
+    let message = |role, seq| crate::session::projection::Message {
+        role,
+        content: format!("m{seq}"),
+        first_seq: seq,
+        last_seq: seq,
+    };
+    let ctx = crate::session::projection::Context {
+        system: String::new(),
+        messages: vec![
+            message(Role::User, 2),
+            message(Role::Assistant, 3),
+            message(Role::Assistant, 4),
+            message(Role::Assistant, 5),
+            message(Role::User, 6),
+        ],
+    };
+    let _ = plan(&ctx, &Estimator::new().context(&ctx));
+}

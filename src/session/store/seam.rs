@@ -408,3 +408,19 @@ impl Store {
         self.write(|w| w.set_archived(id, archived))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_seq_passes_and_a_gap_or_a_repeat_is_a_bug() {
+        let id = SessionId::generate();
+        assert_next_seq(id, 0, 1);
+        assert_next_seq(id, 41, 42);
+        for (prev, seq) in [(41, 43), (41, 41), (0, 2)] {
+            let bad = std::panic::catch_unwind(|| assert_next_seq(id, prev, seq));
+            assert!(bad.is_err(), "seq {seq} after {prev} must be refused");
+        }
+    }
+}
