@@ -278,7 +278,7 @@ fn call_arguments(arguments: &str) -> Result<Value, Ran> {
 
 /// Whether the call may run by its policy (I9): `None` when it may, else what the model
 /// is told (denied by policy or by the user, or cancelled by a stop while asking).
-fn consented(
+fn refusal(
     inner: &Inner,
     turn: &ActiveTurn,
     spec: &ToolSpec,
@@ -343,7 +343,7 @@ fn run_one(
             ),
         ));
     }
-    if let Some(refused) = consented(inner, turn, spec, &call.id, &canonical)? {
+    if let Some(refused) = refusal(inner, turn, spec, &call.id, &canonical)? {
         return Ok(refused);
     }
     turn.push(Frame::Status { phase: Phase::Tool });

@@ -1,6 +1,6 @@
 //! The seam between brain and its database: one [`Store`] whatever runs underneath, SQLite
-//! ([`super::SqliteStore`], a file) or PostgreSQL ([`super::PgStore`], a `postgres://`
-//! URL), chosen by what `--db` names ([`super::DbTarget`], in `open.rs`). Projections, compactor, engine, API and import see only
+//! (`sqlite/`, a file) or PostgreSQL (`pg/`, a `postgres://` URL), chosen by what `--db`
+//! names (`open.rs`). Projections, compactor, engine, API and import see only
 //! [`Store`] and the write transaction [`Writer`].
 //!
 //! Two object-safe traits, because the two stores share no connection type: [`Backend`]
@@ -27,8 +27,8 @@ use crate::session::store::types::SessionRow;
 /// operation runs in it and is committed with it (or none is).
 pub type Writer<'a> = dyn WriteTxn + 'a;
 
-/// What a write transaction can do, on either store. See the SQLite store's
-/// [`super::SqliteWriter`] for each operation's contract; the PostgreSQL store keeps the same.
+/// What a write transaction can do, on either store. The rules both stores share are the
+/// default methods (`rules.rs`); each store implements its statements.
 pub trait WriteTxn {
     /// The store's row operations, for the write rules both stores share
     /// ([`super::rules`]): only the stores implement this trait, so the door stays inside
@@ -80,7 +80,15 @@ pub trait WriteTxn {
             return Err(StoreError::Superseded { id, seq: e.seq });
         }
         let appended = self.append(id, payload)?;
-        assert_next_seq(id, later.last().map_or(mark.after, |e| e.seq), appended.seq);
+        // Seq contiguity at the attempt's append: anything but the next seq after what it
+        // saw means the log is no longer the one it wrote to (deleted and imported again
+        // under the same id, shorter, by another server): refused, and rolled back.
+        if appended.seq != later.last().map_or(mark.after, |e| e.seq) + 1 {
+            return Err(StoreError::Superseded {
+                id,
+                seq: appended.seq,
+            });
+        }
         Ok(appended)
     }
     /// Imports a whole session's log byte for byte (export's other half).
@@ -114,9 +122,10 @@ pub trait WriteTxn {
     fn questions_checked(&mut self, id: SessionId, through: u64) -> Result<()>;
 }
 
-/// Seq contiguity at append (I1): the event written after seq `prev` of session `id` is
-/// `prev + 1`. Each store allocates it as `MAX(seq) + 1` inside the write (its session
-/// locked); anything else is a bug in a store, and the write must not commit.
+/// Seq contiguity in the shared write rules (I1): the event written after seq `prev` of
+/// session `id` is `prev + 1`. Each store allocates it as `MAX(seq) + 1` inside the write
+/// (its session held); anything else is a bug in a store. The panic rolls the write back
+/// (SQLite's savepoint, PostgreSQL's `run_write`).
 pub(super) fn assert_next_seq(id: SessionId, prev: u64, seq: u64) {
     assert_eq!(
         seq,

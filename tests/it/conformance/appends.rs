@@ -21,6 +21,7 @@ conformance!(
     session_started_is_written_only_at_creation,
     a_read_then_write_sees_no_other_write_in_between,
     an_attempts_append_is_refused_once_another_attempt_wrote_after_its_last,
+    an_attempts_append_to_a_session_imported_again_shorter_is_refused,
 );
 
 fn eight_threads_appending_to_one_session_get_gapless_unique_seqs(db: &Db) {
@@ -236,4 +237,34 @@ fn an_attempts_append_is_refused_once_another_attempt_wrote_after_its_last(db: &
         theirs,
         "nothing written"
     );
+}
+
+/// Review of issue 28: the session an attempt wrote to was deleted and imported again under
+/// the same id, shorter (another server's `import`): nothing follows the attempt's last
+/// write, yet the log is not the one it wrote to. Its append is refused, not landed.
+fn an_attempts_append_to_a_session_imported_again_shorter_is_refused(db: &Db) {
+    let store = db.open();
+    let id = new_session(&store);
+    let short = log(&store, id);
+    store.append(id, &user("one")).unwrap();
+    let turn = store.append(id, &user("mine")).unwrap().seq;
+    let mark = AttemptMark {
+        turn,
+        attempt: 1,
+        after: turn,
+    };
+    store.delete_session(id).unwrap();
+    store.write(|w| w.import_session(id, &short)).unwrap();
+    let checkpoint = Payload::PendingState(PendingState {
+        turn,
+        attempt: 1,
+        text: "late".into(),
+        reasoning: None,
+        ended: None,
+    });
+    let e = store
+        .write(|w| w.append_for(&mark, id, &checkpoint))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Superseded { .. }), "{e:?}");
+    assert_eq!(log(&store, id), short, "nothing written");
 }

@@ -19,6 +19,7 @@
 //! - A second loss, or no fresh connection to be had, is [`StoreError::Unavailable`]
 //!   (503 `unavailable`): nothing acknowledged is lost, nothing is written twice.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use postgres::{Client, SimpleQueryMessage};
@@ -119,7 +120,22 @@ impl PgStore {
             }
             Err(e) => return Outcome::Failed(e),
         };
-        if let Err(e) = f(&mut PgWriter::new(client, &self.clock)) {
+        // A panic inside the closure (a bug, a failed assertion) must not leave its
+        // transaction open on a connection the pool hands to the next write, which would
+        // commit it: roll back, then let the panic go on.
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| {
+            f(&mut PgWriter::new(client, &self.clock))
+        }));
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(payload) => {
+                if let Err(r) = client.batch_execute("ROLLBACK") {
+                    log::warn!("a write's rollback after a panic failed: {}", detail(&r));
+                }
+                panic::resume_unwind(payload);
+            }
+        };
+        if let Err(e) = ran {
             if lost(&e, client) {
                 return Outcome::NotCommitted {
                     ran: true,

@@ -278,3 +278,27 @@ fn a_terminated_backend_is_a_lost_connection_and_a_bad_statement_is_not() {
     let lost = victim.batch_execute("SELECT 1").unwrap_err();
     assert!(connection_lost(&lost), "{lost}");
 }
+
+/// Review of issue 28: a write whose closure panics (a bug, a failed assertion) left its
+/// transaction open on a pooled connection, and the next write on that connection
+/// committed it. Now the panic rolls it back: nothing of it is ever committed.
+#[test]
+fn a_write_that_panics_is_rolled_back_before_its_connection_is_reused() {
+    let Some((_db, store, _admin, id)) = setup("a_write_that_panics_is_rolled_back") else {
+        return;
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.write(|w| -> crate::session::store::Result<()> {
+            w.append(id, &message("lost"))?;
+            panic!("a bug inside a write");
+        })
+    }));
+    assert!(panicked.is_err());
+    for i in 0..=super::WRITE_CONNECTIONS {
+        store.append(id, &message(&format!("kept {i}"))).unwrap();
+    }
+    let events = store.events(id, 0, None).unwrap();
+    assert!(!events.iter().any(|e| e.payload.contains("lost")), "{events:?}");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}

@@ -1,5 +1,5 @@
 //! The write side: everything here runs inside one `BEGIN IMMEDIATE` transaction on the
-//! writer connection (see [`Store::write`]).
+//! writer connection (see `Store::write`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -11,7 +11,7 @@ use crate::session::store::rules::{self, Rows};
 use crate::session::store::seam::WriteTxn;
 use crate::session::store::types::SessionRow;
 
-/// The open write transaction, handed to the closure given to [`Store::write`].
+/// The open write transaction, handed to the closure given to `Store::write`.
 pub struct SqliteWriter<'a> {
     conn: &'a Connection,
     clock: &'a Clock,
@@ -47,7 +47,7 @@ impl WriteTxn for SqliteWriter<'_> {
         self
     }
     /// Appends one event with the next seq, updating the session's cache row.
-    /// `session_started` is refused: only [`Writer::create_session`] writes it.
+    /// `session_started` is refused: only `create_session` writes it.
     fn append(&mut self, id: SessionId, payload: &Payload) -> Result<Event> {
         rules::refuse_started(payload)?;
         self.require_session(id)?;
