@@ -298,7 +298,10 @@ fn a_write_that_panics_is_rolled_back_before_its_connection_is_reused() {
         store.append(id, &message(&format!("kept {i}"))).unwrap();
     }
     let events = store.events(id, 0, None).unwrap();
-    assert!(!events.iter().any(|e| e.payload.contains("lost")), "{events:?}");
+    assert!(
+        !events.iter().any(|e| e.payload.contains("lost")),
+        "{events:?}"
+    );
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
