@@ -16,18 +16,19 @@ const EDIT_PROMPT: &str = "new text › ";
 pub fn edit_text(
     command: &str,
     terminal: bool,
-    read_line: &mut dyn FnMut() -> Option<String>,
+    editor: bool,
+    read_line: &mut dyn FnMut(&str) -> Option<String>,
     out: &mut dyn Write,
 ) -> Result<Option<String>, CliError> {
     let inline = command.strip_prefix("/edit").unwrap_or_default().trim();
     if !inline.is_empty() {
         return Ok(Some(inline.to_owned()));
     }
-    if terminal {
+    if terminal && !editor {
         write!(out, "{EDIT_PROMPT}")?;
-        out.flush()?;
     }
-    let line = read_line().unwrap_or_default();
+    out.flush()?;
+    let line = read_line(EDIT_PROMPT).unwrap_or_default();
     let text = line.trim();
     if !terminal && !text.is_empty() {
         writeln!(out, "{EDIT_PROMPT}{}", printable(text))?;

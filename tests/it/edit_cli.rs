@@ -152,7 +152,7 @@ fn edit_and_fork_in_chat(db: &TempDb, args: &[&str]) {
         .unwrap_or_else(|| panic!("{out}"))
         .to_owned();
     let store = db.open();
-    let source = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let source = crate::support::chat_session(&out).parse().unwrap();
     let kinds = |id| -> Vec<String> {
         store
             .events(id, 0, None)

@@ -5,6 +5,7 @@ mod attempts;
 mod background;
 mod browser;
 mod budget;
+mod chat_tty;
 mod checkpoints;
 mod cli;
 mod compaction;

@@ -352,3 +352,14 @@ pub fn wait_for(what: &str, deadline: std::time::Duration, mut done: impl FnMut(
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// The session a `brain chat` transcript talked in: `[new session ID]` once its first
+/// message made it, or the banner's `session ID (…)` when it resumed one.
+pub fn chat_session(out: &str) -> String {
+    out.split("[new session ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .or_else(|| out.strip_prefix("session ")?.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no session in {out}"))
+        .to_owned()
+}

@@ -48,11 +48,12 @@ fn chat_through_a_pipe_against_the_server_then_resumed() {
     // Through a pipe each line read is shown after the prompt, and a blank line ends each
     // answer: the output reads as the conversation.
     assert!(
-        first.contains("\nyou › hello there\nassistant: ")
+        first.contains("\nyou › hello there\n[new session ")
+            && first.contains("]\nassistant: ")
             && first.contains("\n\nyou › second question\n"),
         "{first}"
     );
-    let id = first.split_whitespace().nth(1).unwrap().to_owned();
+    let id = crate::support::chat_session(&first);
 
     let second = ok(&brain(
         &db,
@@ -364,9 +365,10 @@ fn ctrl_c_stops_the_answer_and_a_second_ctrl_c_leaves() {
     // `assistant: ` is printed once the server has accepted the turn and its first frame
     // arrived: the answer is under way. Then Ctrl-C.
     let seen = out.until("assistant: ");
-    assert!(seen.starts_with("session "), "{seen}");
+    assert!(seen.starts_with("a new session "), "{seen}");
     interrupt(chat.id());
-    out.until("[failed");
+    // Stopped by the person: said so, not "failed" or "cut off".
+    out.until("[stopped");
     // Still alive at the prompt; a second Ctrl-C leaves.
     assert!(chat.try_wait().unwrap().is_none());
     interrupt(chat.id());

@@ -52,7 +52,7 @@ fn chat_against_a_server_asks_and_yes_no_and_the_end_of_input_answer() {
     assert!(out.contains("[ok, ") && out.contains(" ms]"), "{out}");
     assert!(out.contains("Done."), "{out}");
     assert_eq!(std::fs::read_to_string(&yes).unwrap(), "from the terminal");
-    let id = out.split_whitespace().nth(1).unwrap().to_owned();
+    let id = crate::support::chat_session(&out);
 
     let no = dir.path().join("no.txt");
     write_turn(&mock, "call_no", &no);
@@ -168,7 +168,7 @@ fn ctrl_c_during_a_question_stops_the_answer_and_every_answer_can_be_stopped() {
     // This answer's own "assistant: " (the first answer's is in the output already).
     out.until("{\"hang\": true}]]\nassistant: ");
     interrupt(chat.id());
-    out.until("[failed");
+    out.until("[stopped");
     assert!(chat.try_wait().unwrap().is_none(), "a stop, not an exit");
     interrupt(chat.id());
     assert_eq!(chat.wait().unwrap().code(), Some(130));

@@ -3,7 +3,7 @@
 //! holds the database. Ctrl-C stops the answer being written; a second Ctrl-C (or one at
 //! the prompt) leaves.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,10 +16,12 @@ use super::{ChatArgs, CliError};
 use crate::chat::consent::Answer;
 
 mod backend;
+mod input;
 
 use crate::session::{SessionId, SyncMode};
 pub(crate) use backend::Backend;
 use backend::backend;
+use input::{Input, Read};
 
 /// Transcript items shown when a session is resumed.
 const RESUME_ITEMS: usize = 20;
@@ -34,13 +36,7 @@ pub fn run(
 ) -> Result<(), CliError> {
     let backend = backend(db, sync, &args)?;
     let id = open_session(backend.as_ref(), args.session.as_deref(), out)?;
-    writeln!(
-        out,
-        "session {id} ({}). Type a message; /retry answers the last one again; /edit [text] \
-         replaces your last message; /fork continues in a copy; /quit or Ctrl-D leaves; \
-         Ctrl-C stops an answer.",
-        backend.describe()
-    )?;
+    banner(backend.as_ref(), id, out)?;
     out.flush()?;
     let active = Arc::new(AtomicBool::new(false));
     // `/fork` moves the chat to the new session; Ctrl-C stops the current one's answer.
@@ -55,24 +51,30 @@ pub fn run(
     // A visible prompt on a terminal; through a pipe nothing is echoed, so the line read
     // is shown after it instead and the output reads as the conversation it was.
     let terminal = std::io::stdin().is_terminal();
-    let lines = Input::spawn();
+    let lines = Input::open();
     loop {
         let Some(line) = prompt(&lines, terminal, out)? else {
             break;
         };
         let text = line.trim();
-        let id = *current.lock().unwrap_or_else(PoisonError::into_inner);
-        let frames = match text {
+        match text {
             "" => continue,
             "/quit" | "/exit" => break,
+            _ => {}
+        }
+        let Some(id) = session_for(backend.as_ref(), &current, text, out)? else {
+            continue;
+        };
+        let frames = match text {
             "/retry" => backend.retry(id),
             "/fork" => {
                 fork(backend.as_ref(), &current, id, out)?;
                 continue;
             }
             t if t == "/edit" || t.starts_with("/edit ") => {
-                let mut read_line = || lines.next(None);
-                match super::chat_edit::edit_text(t, terminal, &mut read_line, out)? {
+                let mut read_line = |prompt: &str| read(&lines, prompt, false, None);
+                let editor = lines.is_editor();
+                match super::chat_edit::edit_text(t, terminal, editor, &mut read_line, out)? {
                     Some(new_text) => super::chat_edit::edit_last(backend.as_ref(), id, &new_text),
                     None => continue,
                 }
@@ -81,21 +83,15 @@ pub fn run(
         };
         match frames {
             Ok(frames) => {
-                stopped.store(false, Ordering::SeqCst);
-                active.store(true, Ordering::SeqCst);
-                // A question asked while the answer runs gives way to Ctrl-C: the stop
-                // answers it (the server denies it), no line is waited for.
-                let mut read_line = || lines.next(Some(&stopped));
-                let mut consent = Consent {
+                let turn = Turn {
                     backend: backend.as_ref(),
                     id,
-                    read_line: &mut read_line,
+                    lines: &lines,
                     terminal,
+                    active: &active,
                     stopped: &stopped,
                 };
-                let shown = show_frames(frames, out, &mut consent);
-                active.store(false, Ordering::SeqCst);
-                shown?;
+                turn.show(frames, out)?;
             }
             Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
         }
@@ -105,32 +101,127 @@ pub fn run(
     Ok(())
 }
 
-/// The session `--session` names, its recent history shown, or else a new one.
+/// The first line: which session, who answers, and what can be typed.
+fn banner(
+    backend: &dyn Backend,
+    id: Option<SessionId>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let which = match id {
+        Some(id) => format!("session {id}"),
+        // Made with the first message: a chat left at once leaves no empty session.
+        None => "a new session".to_owned(),
+    };
+    writeln!(
+        out,
+        "{which} ({}). Type a message (Alt-Enter for a new line); /retry answers the last one \
+         again; /edit [text] replaces your last message; /fork continues in a copy; /quit or \
+         Ctrl-D leaves; Ctrl-C stops an answer.",
+        backend.describe()
+    )?;
+    Ok(())
+}
+
+/// One answer being shown, with what its questions and Ctrl-C need.
+struct Turn<'a> {
+    backend: &'a dyn Backend,
+    id: SessionId,
+    lines: &'a Input,
+    terminal: bool,
+    /// Set while an answer runs: Ctrl-C then stops it instead of leaving.
+    active: &'a AtomicBool,
+    stopped: &'a AtomicBool,
+}
+
+impl Turn<'_> {
+    /// Shows the answer's frames as they come, asking its permission questions.
+    fn show(&self, frames: Frames, out: &mut dyn Write) -> Result<(), CliError> {
+        self.stopped.store(false, Ordering::SeqCst);
+        self.active.store(true, Ordering::SeqCst);
+        // A question asked while the answer runs gives way to Ctrl-C: the stop
+        // answers it (the server denies it), no line is waited for.
+        let mut read_line = |prompt: &str| match self.lines.line(prompt, false, Some(self.stopped))
+        {
+            Read::Line(l) => Some(Ok(l)),
+            Read::End => None,
+            Read::Interrupted => Some(Err(Interrupted)),
+        };
+        let mut consent = Consent {
+            backend: self.backend,
+            id: self.id,
+            read_line: &mut read_line,
+            terminal: self.terminal,
+            editor: self.lines.is_editor(),
+            stopped: self.stopped,
+        };
+        let shown = show_frames(frames, out, &mut consent);
+        self.active.store(false, Ordering::SeqCst);
+        shown
+    }
+}
+
+/// The session `text` goes to: the current one, or for a first message a new one (said
+/// on its own line); `None` when there is none to retry, edit or fork yet.
+fn session_for(
+    backend: &dyn Backend,
+    current: &Mutex<Option<SessionId>>,
+    text: &str,
+    out: &mut dyn Write,
+) -> Result<Option<SessionId>, CliError> {
+    let mut current = current.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(id) = *current {
+        return Ok(Some(id));
+    }
+    let command = text.split_whitespace().next().unwrap_or_default();
+    if matches!(command, "/retry" | "/edit" | "/fork") {
+        writeln!(
+            out,
+            "[nothing to {} yet: send a message first]\n",
+            &command[1..]
+        )?;
+        return Ok(None);
+    }
+    match backend.create() {
+        Ok(id) => {
+            *current = Some(id);
+            writeln!(out, "[new session {id}]")?;
+            Ok(Some(id))
+        }
+        Err(e) => {
+            writeln!(out, "[{}]\n", printable(&e.to_string()))?;
+            Ok(None)
+        }
+    }
+}
+
+/// The session `--session` names, its recent history shown; `None` for a new one, made
+/// with the first message.
 fn open_session(
     backend: &dyn Backend,
     session: Option<&str>,
     out: &mut dyn Write,
-) -> Result<SessionId, CliError> {
+) -> Result<Option<SessionId>, CliError> {
     Ok(match session {
         Some(s) => {
             let id: SessionId = s.parse()?;
             for item in backend.history(id)? {
                 show_item(&item, out)?;
             }
-            id
+            Some(id)
         }
-        None => backend.create()?,
+        None => None,
     })
 }
 
-/// The person's next line (`None` at the end of input), after a prompt on a terminal;
-/// through a pipe the line is shown after the prompt instead, as the conversation reads.
+/// The person's next message (`None` at the end of input, or Ctrl-C at the prompt: both
+/// leave). On a terminal the editor draws the prompt; through a pipe the line is shown
+/// after it instead, as the conversation reads.
 fn prompt(lines: &Input, terminal: bool, out: &mut dyn Write) -> Result<Option<String>, CliError> {
-    if terminal {
+    if terminal && !lines.is_editor() {
         write!(out, "{PROMPT}")?;
-        out.flush()?;
     }
-    let Some(line) = lines.next(None) else {
+    out.flush()?;
+    let Some(line) = read(lines, PROMPT, true, None) else {
         return Ok(None);
     };
     let text = line.trim();
@@ -140,16 +231,34 @@ fn prompt(lines: &Input, terminal: bool, out: &mut dyn Write) -> Result<Option<S
     Ok(Some(line))
 }
 
+/// One line, with `prompt` drawn by the editor (a pipe's prompt is the caller's); Ctrl-C
+/// in the editor and the end of input are `None`.
+fn read(
+    lines: &Input,
+    prompt: &str,
+    remember: bool,
+    give_way: Option<&AtomicBool>,
+) -> Option<String> {
+    match lines.line(prompt, remember, give_way) {
+        Read::Line(l) => Some(l),
+        Read::End | Read::Interrupted => None,
+    }
+}
+
+/// Ctrl-C pressed while the editor read an answer to a question: the answer running is
+/// stopped, as the signal does while it streams.
+struct Interrupted;
+
 /// `/fork`: the chat goes on in a copy of the session `id`, or says why it cannot.
 fn fork(
     backend: &dyn Backend,
-    current: &Mutex<SessionId>,
+    current: &Mutex<Option<SessionId>>,
     id: SessionId,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     match backend.fork(id) {
         Ok(new) => {
-            *current.lock().unwrap_or_else(PoisonError::into_inner) = new;
+            *current.lock().unwrap_or_else(PoisonError::into_inner) = Some(new);
             writeln!(out, "[forked into session {new}; continuing there]\n")?;
         }
         Err(e) => writeln!(out, "[{}]\n", printable(&e.to_string()))?,
@@ -163,7 +272,7 @@ fn fork(
 /// the next answer starts, so each answer can be stopped.
 fn watch_interrupts(
     backend: Arc<dyn Backend>,
-    current: Arc<Mutex<SessionId>>,
+    current: Arc<Mutex<Option<SessionId>>>,
     active: Arc<AtomicBool>,
     stopped: Arc<AtomicBool>,
 ) -> Result<(), CliError> {
@@ -173,7 +282,9 @@ fn watch_interrupts(
         for _ in signals.forever() {
             if active.load(Ordering::SeqCst) && !stopped.swap(true, Ordering::SeqCst) {
                 eprintln!("\n[stopping the answer; Ctrl-C again to leave]");
-                backend.stop(*current.lock().unwrap_or_else(PoisonError::into_inner));
+                if let Some(id) = *current.lock().unwrap_or_else(PoisonError::into_inner) {
+                    backend.stop(id);
+                }
                 continue;
             }
             backend.close();
@@ -183,47 +294,6 @@ fn watch_interrupts(
     Ok(())
 }
 
-/// The person's lines, read on a thread of their own so a wait for one can give way to
-/// Ctrl-C (a blocked read of standard input cannot be interrupted).
-struct Input {
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Input {
-    fn spawn() -> Input {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Input { lines: rx }
-    }
-
-    /// The next line; `None` at the end of input, or once `give_way` is set.
-    fn next(&self, give_way: Option<&AtomicBool>) -> Option<String> {
-        let Some(flag) = give_way else {
-            return self.lines.recv().ok();
-        };
-        loop {
-            if flag.load(Ordering::SeqCst) {
-                return None;
-            }
-            match self.lines.recv_timeout(INPUT_POLL) {
-                Ok(line) => return Some(line),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
-            }
-        }
-    }
-}
-
-/// How often a question waiting for a line looks at Ctrl-C.
-const INPUT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// What the user's lines start with, typed or shown.
 const PROMPT: &str = "you › ";
 
@@ -232,8 +302,12 @@ struct Consent<'a> {
     backend: &'a dyn Backend,
     id: SessionId,
     /// The person's next line; None at the end of input.
-    read_line: &'a mut dyn FnMut() -> Option<String>,
+    /// The person's next line after a prompt; None at the end of input, `Err` for Ctrl-C
+    /// in the editor.
+    read_line: &'a mut dyn FnMut(&str) -> Option<Result<String, Interrupted>>,
     terminal: bool,
+    /// The editor draws the question as its prompt.
+    editor: bool,
     /// Set by Ctrl-C: the stop answers the question, so the person's answer is not sent.
     stopped: &'a AtomicBool,
 }
@@ -245,14 +319,28 @@ impl Consent<'_> {
     fn ask(&mut self, f: &Value, out: &mut dyn Write) -> Result<(), CliError> {
         let name = f["name"].as_str().unwrap_or_default();
         let args = f["args"].as_str().unwrap_or_default();
-        write!(
-            out,
-            "\nAllow {}({})? [y]es / [n]o / [a]lways ",
+        let question = format!(
+            "Allow {}({})? [y]es / [n]o / [a]lways ",
             printable(name),
             printable(&short_args(args, PERMISSION_ARGS_CHARS))
-        )?;
+        );
+        writeln!(out)?;
+        if !self.editor {
+            write!(out, "{question}")?;
+        }
         out.flush()?;
-        let line = (self.read_line)();
+        let line = match (self.read_line)(&question) {
+            Some(Ok(line)) => Some(line),
+            None => None,
+            Some(Err(Interrupted)) => {
+                // Raw mode swallowed the signal: stop the answer as Ctrl-C does (the
+                // server denies the question), and say so.
+                self.stopped.store(true, Ordering::SeqCst);
+                writeln!(out, "\n[stopping the answer; Ctrl-C again to leave]")?;
+                self.backend.stop(self.id);
+                return Ok(());
+            }
+        };
         if self.stopped.load(Ordering::SeqCst) {
             writeln!(out)?;
             return Ok(());
@@ -377,6 +465,11 @@ fn show_frames(
             )?,
             "end" => {
                 match f["status"].as_str().unwrap_or_default() {
+                    // Ctrl-C: the person stopped it, nothing was cut off.
+                    "interrupted" | "failed" if consent.stopped.load(Ordering::SeqCst) => write!(
+                        out,
+                        "\n[stopped: what was written is kept; /retry for a new answer, or say more]"
+                    )?,
                     "interrupted" => write!(
                         out,
                         "\n[interrupted: the answer was cut off; /retry, or say more to continue]"
