@@ -1,4 +1,4 @@
-// Edit, regenerate and fork in the transcript (SPEC §11, §14). The items are rendered flat
+// Edit, regenerate and fork in the transcript (README: "Edit, branch and versions"). The items are rendered flat
 // (each with its `data-seq`, so `#seq-N` links, search hits and paging keep working); after
 // every change to the list, `regroup` arranges them by `tree.js` into version groups (an
 // edited message's versions, each with the conversation that followed it) and attempt

@@ -10,9 +10,17 @@ use crate::session::cursor::ArchivedFilter;
 
 /// brain: a local LLM chat server whose sessions survive anything.
 #[derive(Debug, Parser)]
-#[command(name = "brain", version, about, long_about = None)]
+#[command(
+    name = "brain",
+    version,
+    about,
+    long_about = None,
+    after_help = "Answers need an OpenAI-compatible model server: `brain serve --provider-url URL` \
+                  (default http://127.0.0.1:11434/v1, Ollama's; llama.cpp's llama-server is \
+                  http://127.0.0.1:8080/v1). `brain serve --help` lists every setting."
+)]
 pub struct Cli {
-    /// The database: a SQLite file, or a PostgreSQL server as a postgres:// URL (SPEC §16)
+    /// The database: a SQLite file, or a PostgreSQL server as a postgres:// URL (README: "Team mode (PostgreSQL)")
     /// [default: the platform data directory's brain/brain.db]
     #[arg(long, env = "BRAIN_DB", global = true, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
@@ -385,7 +393,7 @@ pub enum SessionsCommand {
         #[arg(long, requires = "output")]
         force: bool,
     },
-    /// Copy a session through one of its events into a new session (SPEC §14) and print
+    /// Copy a session through one of its events into a new session (README: "Edit, fork and versions") and print
     /// the new session's id; through the running server when one holds the database
     Fork {
         /// The session id

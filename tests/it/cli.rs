@@ -606,3 +606,28 @@ fn a_libpq_key_value_db_is_refused_without_a_file_or_the_password() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "files were made: {left:?}");
 }
+
+/// Issue 34 (11): `brain --help` said nothing of the model server answers need, and every
+/// help cited "SPEC §N", a file no user has.
+#[test]
+fn help_names_the_model_server_and_cites_only_what_ships() {
+    let top = crate::support::run_brain(&["--help"], b"");
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(
+        text.contains("--provider-url") && text.contains("11434"),
+        "{text}"
+    );
+    for command in [
+        vec!["--help"],
+        vec!["serve", "--help"],
+        vec!["chat", "--help"],
+        vec!["sessions", "--help"],
+        vec!["sessions", "fork", "--help"],
+        vec!["sessions", "import", "--help"],
+        vec!["tools", "--help"],
+    ] {
+        let out = crate::support::run_brain(&command, b"");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(!help.contains("SPEC"), "{command:?}: {help}");
+    }
+}
