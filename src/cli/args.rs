@@ -454,6 +454,10 @@ pub enum ToolsCommand {
         /// --mcp-config; for checking a server, or MCP's conformance runner)
         #[arg(long, value_name = "URL", conflicts_with = "mcp_config")]
         mcp_url: Option<String>,
+        /// The running server's bearer token, when it has one (without --mcp-config or
+        /// --mcp-url, the server holding the database is asked what it offers)
+        #[arg(long, env = "BRAIN_API_TOKEN")]
+        api_token: Option<String>,
     },
     /// Run one call and print its result (the exit code says whether it failed)
     Call {

@@ -12,7 +12,7 @@ use crate::session::SyncMode;
 use crate::session::store::OlderSchema;
 use crate::tools::mcp::LinkOptions;
 use crate::tools::mcp::groups::Groups;
-use crate::tools::{Health, ServerState, ToolStatus, Tools, ToolsSetup, config};
+use crate::tools::{Health, ToolStatus, Tools, ToolsSetup, config};
 
 impl ToolsArgs {
     /// Starts the tools these flags give (servers up, or failed, within their bound);
@@ -95,6 +95,20 @@ pub fn run(
         }
     };
     let db = db_path(db);
+    // Nothing to check given: what the running server offers is what the user means.
+    if let (
+        ToolsCommand::List {
+            json, api_token, ..
+        },
+        Ok(path),
+        None,
+        None,
+    ) = (&cmd, &db, &args.mcp_config, url)
+        && args.mode == super::args::ToolsArg::Auto
+        && let Some(server) = serving(path)
+    {
+        return list_on_server(&server, api_token.as_deref(), *json, out);
+    }
     // The history, read only, when there is one: without it only search_history fails.
     let store = db
         .as_ref()
@@ -141,37 +155,107 @@ pub const URL_SERVER: &str = "mcp";
 
 fn list(tools: &Tools, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let status = tools.status();
+    let view = crate::api::views::tools(&status);
     if json {
-        writeln!(out, "{}", crate::api::views::tools(&status))?;
+        writeln!(out, "{view}")?;
         return Ok(());
     }
     if status.health == Health::Off {
         writeln!(
             out,
-            "tools are off (give --mcp-config PATH, or --tools on for the built-in)"
+            "tools are off (give --mcp-config PATH, or --tools on for the built-in; no \
+             server holds the database)"
         )?;
         return Ok(());
     }
-    let width = status.tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
-    for t in &status.tools {
-        let policy = serde_json::to_value(t.policy).unwrap_or_default();
+    print_view(&view, out)
+}
+
+/// The URL of the brain server holding the SQLite database at `db`, if one does (its
+/// lock is tried and let go at once: a free one means no server).
+fn serving(db: &Path) -> Option<String> {
+    match super::lock::DbLock::acquire(db, "tools") {
+        Err(super::lock::LockError::Held {
+            holder: super::lock::Holder { url: Some(url), .. },
+            ..
+        }) => Some(url),
+        _ => None,
+    }
+}
+
+/// How long the running server may take to say what it offers.
+const SERVER_LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `GET /v1/tools` of the server at `url`, printed as a local list is.
+fn list_on_server(
+    url: &str,
+    token: Option<&str>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(SERVER_LIST_TIMEOUT))
+        .build()
+        .new_agent();
+    let mut request = agent.get(&format!("{}/v1/tools", url.trim_end_matches('/')));
+    if let Some(t) = token {
+        request = request.header("Authorization", &format!("Bearer {t}"));
+    }
+    let failed = |e: &dyn std::fmt::Display| {
+        CliError::Serve(format!(
+            "the brain server at {url} holds the database, but: {e}"
+        ))
+    };
+    let resp = request.call().map_err(|e| failed(&e))?;
+    let status = resp.status().as_u16();
+    let text = resp.into_body().read_to_string().map_err(|e| failed(&e))?;
+    let view: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if status != 200 {
+        let why = view["message"].as_str().unwrap_or("it refused").to_owned();
+        return Err(failed(&why));
+    }
+    if json {
+        writeln!(out, "{view}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}",
+        super::term::printable(&format!("the server at {url} offers:"))
+    )?;
+    print_view(&view, out)
+}
+
+/// A `/v1/tools` view as lines: each tool (name, server, policy), then each server.
+fn print_view(view: &serde_json::Value, out: &mut dyn Write) -> Result<(), CliError> {
+    let empty = Vec::new();
+    let tools = view["tools"].as_array().unwrap_or(&empty);
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let width = tools
+        .iter()
+        .map(|t| text(&t["name"]).len())
+        .max()
+        .unwrap_or(0);
+    for t in tools {
+        let read_only = t["read_only"].as_bool().unwrap_or(false);
         let line = format!(
             "{:width$}  {:12}  {:5}{}",
-            t.name,
-            t.server,
-            policy.as_str().unwrap_or_default(),
-            if t.read_only { "  read-only" } else { "" },
+            text(&t["name"]),
+            text(&t["server"]),
+            text(&t["policy"]),
+            if read_only { "  read-only" } else { "" },
         );
         // Names come from servers: never let them drive the terminal.
         writeln!(out, "{}", super::term::printable(&line))?;
     }
-    for s in &status.servers {
-        let state = match s.status {
-            ServerState::Ok => format!("ok, {} tools", s.tools),
-            ServerState::Starting => "starting".to_owned(),
-            ServerState::Failed => format!("failed: {}", s.error.as_deref().unwrap_or("?")),
+    for s in view["servers"].as_array().unwrap_or(&empty) {
+        let state = match s["status"].as_str().unwrap_or_default() {
+            "ok" => format!("ok, {} tools", s["tools"].as_u64().unwrap_or(0)),
+            "failed" => format!("failed: {}", s["error"].as_str().unwrap_or("?")),
+            other => other.to_owned(),
         };
-        let line = format!("server {}: {state}", s.name);
+        let line = format!("server {}: {state}", text(&s["name"]));
         writeln!(out, "{}", super::term::printable(&line))?;
     }
     Ok(())

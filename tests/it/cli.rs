@@ -631,3 +631,33 @@ fn help_names_the_model_server_and_cites_only_what_ships() {
         assert!(!help.contains("SPEC"), "{command:?}: {help}");
     }
 }
+
+/// Issue 34 (9): `brain tools list` said "tools are off" while the running server offered
+/// its tools: without a configuration to check, it asks the server holding the database.
+#[test]
+fn tools_list_asks_the_server_holding_the_database() {
+    let db = crate::support::TempDb::new();
+    let mock = crate::support::MockLlm::start(&[]);
+    let mut cmd = crate::support::serve_command(&db, &mock.url);
+    cmd.args(["--tools", "on"]);
+    let (mut server, url) = crate::support::spawn_serve(&mut cmd);
+    let listed = crate::support::run_brain_on(&db, &["tools", "list"], b"");
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        text.contains(&format!("the server at {url} offers:")) && text.contains("search_history"),
+        "{text}"
+    );
+    let json = crate::support::run_brain_on(&db, &["tools", "list", "--json"], b"");
+    let view: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(view["tools"][0]["name"], "search_history", "{view}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // No server: the flags are what is listed, and the message says why none is asked.
+    let off = crate::support::run_brain_on(&db, &["tools", "list"], b"");
+    let text = String::from_utf8_lossy(&off.stdout).into_owned();
+    assert!(
+        text.contains("tools are off") && text.contains("no server"),
+        "{text}"
+    );
+}
