@@ -56,8 +56,11 @@ export function itemElement(item) {
       }
       node.append(markdown(item.text));
       const u = item.usage || {};
-      node.append(el('div', 'meta', [item.model, tokens(u.input_tokens) + ' in', tokens(u.cache_read_tokens) + ' cached',
-        tokens(u.output_tokens) + ' out', (item.duration_ms / 1000).toFixed(1) + ' s',
+      // An imported answer knows no usage or time: none is shown rather than zeros.
+      const counted = (u.input_tokens || 0) + (u.output_tokens || 0) > 0;
+      node.append(el('div', 'meta', [item.model, counted ? tokens(u.input_tokens) + ' in' : null,
+        counted ? tokens(u.cache_read_tokens) + ' cached' : null, counted ? tokens(u.output_tokens) + ' out' : null,
+        item.duration_ms > 0 ? (item.duration_ms / 1000).toFixed(1) + ' s' : null,
         item.attempt > 1 ? 'attempt ' + item.attempt : null, item.finish_reason === 'length' ? 'cut at the token limit' : null]
         .filter(Boolean).join(' · ')));
       node.append(answerActions(item));

@@ -411,3 +411,22 @@ fn a_ten_thousand_message_conversation_imports_whole_and_once() {
     assert!(ok(&import(&db, &path, &[])).contains("1 unchanged"));
     assert_eq!(export(&db), before);
 }
+
+/// Issue 34 (7): an imported answer knows no usage or time; `sessions show` said
+/// "0 in, 0 cached, 0 out; 0 ms" on each.
+#[test]
+fn an_imported_answer_shows_no_usage_it_does_not_know() {
+    let db = TempDb::new();
+    ok(&import(&db, &fixture("chatgpt.json"), &[]));
+    let id = session_of("chatgpt", A).to_string();
+    let shown = ok(&crate::support::run_brain_on(
+        &db,
+        &["sessions", "show", &id],
+        b"",
+    ));
+    assert!(shown.contains("assistant (turn "), "{shown}");
+    assert!(
+        !shown.contains("0 in, 0 cached, 0 out") && !shown.contains("; 0 ms;"),
+        "{shown}"
+    );
+}

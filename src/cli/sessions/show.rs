@@ -162,12 +162,22 @@ fn assistant_head(
     duration_ms: u64,
     finish_reason: &Option<String>,
 ) -> String {
+    // An imported answer knows no usage or time: none is shown rather than zeros.
+    let tokens = if usage.input_tokens + usage.output_tokens > 0 {
+        format!(
+            "{} in, {} cached, {} out; ",
+            usage.input_tokens, usage.cache_read_tokens, usage.output_tokens
+        )
+    } else {
+        String::new()
+    };
+    let took = if duration_ms > 0 {
+        format!("{duration_ms} ms; ")
+    } else {
+        String::new()
+    };
     format!(
-        "assistant (turn {turn}, attempt {attempt}; {model}; {} in, {} cached, {} out; \
-         {duration_ms} ms; {})",
-        usage.input_tokens,
-        usage.cache_read_tokens,
-        usage.output_tokens,
+        "assistant (turn {turn}, attempt {attempt}; {model}; {tokens}{took}{})",
         finish_reason.as_deref().unwrap_or("no finish reason")
     )
 }
