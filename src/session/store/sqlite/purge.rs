@@ -54,13 +54,18 @@ impl SqliteWriter<'_> {
 }
 
 /// Deletes up to `batch` of a deleted session's newest events; when none are left,
-/// its row too. Returns whether the session is gone. Deleting from the newest keeps what
+/// its row too. Only a *deleted* session's: the id may already name a new, live session
+/// (an import of the same conversation finished the purge and made it again) while the
+/// maintenance thread still holds the id in the list it read before. Returns whether the session is gone. Deleting from the newest keeps what
 /// is left a prefix of the log.
 pub(super) fn purge_batch(conn: &Connection, id: &str, batch: i64) -> Result<bool> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1) AND seq IN (
-                 SELECT seq FROM session_events WHERE session_n = (SELECT n FROM sessions WHERE id = ?1)
+            "DELETE FROM session_events
+             WHERE session_n = (SELECT n FROM sessions WHERE id = ?1 AND deleted_at IS NOT NULL)
+               AND seq IN (
+                 SELECT seq FROM session_events
+                 WHERE session_n = (SELECT n FROM sessions WHERE id = ?1 AND deleted_at IS NOT NULL)
                  ORDER BY seq DESC LIMIT ?2)",
         )?
         .execute(params![id, batch])?;
@@ -83,4 +88,26 @@ pub(super) fn pending(conn: &Connection) -> Result<Vec<String>> {
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::store::seam::WriteTxn;
+    use crate::session::store::sqlite::SqliteStore;
+
+    /// The maintenance thread reads the deleted ids, then purges them one batch at a time;
+    /// meanwhile an import may finish a purge and make the session again under its id. A
+    /// batch for that id then deleted the new session's events.
+    #[test]
+    fn a_batch_for_an_id_a_live_session_holds_again_deletes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db"), Default::default()).unwrap();
+        let row = store.write(|w| w.create_session(None, "s".into())).unwrap();
+        let id = row.id.to_string();
+        store.write(|w| purge_batch(w.conn(), &id, 250)).unwrap();
+        let events = store.write(|w| w.events(row.id)).unwrap();
+        assert_eq!(events.len(), 1, "the live session keeps its events");
+        assert!(store.write(|w| w.exists(row.id)).unwrap());
+    }
 }
