@@ -406,6 +406,24 @@ impl Stdout {
         }
     }
 
+    /// Waits (generously) until `text` follows `marker` in the output; returns all of it.
+    pub(crate) fn until_after(&self, marker: &str, text: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let found = |s: &str| {
+            s.find(marker)
+                .is_some_and(|i| s[i + marker.len()..].contains(text))
+        };
+        let mut seen = self.seen.borrow_mut();
+        while !found(&seen) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => seen.push_str(&chunk),
+                Err(_) => panic!("no {text:?} after {marker:?} in the output:\n{seen}"),
+            }
+        }
+        seen.clone()
+    }
+
     /// Waits (generously) until the output so far contains `text`; returns all of it.
     pub(crate) fn until(&self, text: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

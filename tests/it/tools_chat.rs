@@ -167,13 +167,14 @@ fn ctrl_c_during_a_question_stops_the_answer_and_every_answer_can_be_stopped() {
         .unwrap();
     stdin.flush().unwrap();
     // This answer's own "assistant: " (the first answer's is in the output already).
-    out.until("{\"hang\": true}]]\nassistant: ");
+    let marker = "{\"hang\": true}]]\nassistant: ";
+    out.until(marker);
     interrupt(chat.id());
-    out.until("[stopped");
+    // This answer's own end: the first one, stopped during its question, said so too.
+    out.until_after(marker, "[stopped");
     assert!(chat.try_wait().unwrap().is_none(), "a stop, not an exit");
     interrupt(chat.id());
-    // Within a deadline: a chat that does not leave fails here, it does not hang the run
-    // (seen once under a full parallel run, not reproduced since).
+    // Within a deadline: a chat that does not leave fails here, it does not hang the run.
     let mut status = None;
     crate::support::wait_for(
         "the chat leaves on the second Ctrl-C",

@@ -283,7 +283,10 @@ fn watch_interrupts(
             if active.load(Ordering::SeqCst) && !stopped.swap(true, Ordering::SeqCst) {
                 eprintln!("\n[stopping the answer; Ctrl-C again to leave]");
                 if let Some(id) = *current.lock().unwrap_or_else(PoisonError::into_inner) {
-                    backend.stop(id);
+                    // On a thread of its own: a stop that waits for the server must not
+                    // keep the next Ctrl-C (leave) from being heard.
+                    let backend = Arc::clone(&backend);
+                    std::thread::spawn(move || backend.stop(id));
                 }
                 continue;
             }
