@@ -100,7 +100,11 @@ fn tool<'a>(listing: &'a Value, name: &str) -> Option<&'a Value> {
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let text = std::fs::read_to_string(task.unwrap().path().join("children")).unwrap();
+        // A thread that ended since the listing has no list (its children, if any, went
+        // to a thread still listed).
+        let Ok(text) = std::fs::read_to_string(task.unwrap().path().join("children")) else {
+            continue;
+        };
         out.extend(text.split_whitespace().map(|p| p.parse::<u32>().unwrap()));
     }
     out
