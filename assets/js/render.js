@@ -47,14 +47,14 @@ export function itemElement(item) {
     case 'user':
       node = userElement(item);
       break;
+    case 'step':
+      // What the model wrote before this step's tool calls, shown before them.
+      node = el('div', 'msg assistant step');
+      node.append(...answerBody(item));
+      break;
     case 'assistant': {
       node = el('div', 'msg assistant');
-      if (item.reasoning) {
-        const d = el('details', 'reasoning');
-        d.append(el('summary', null, 'Reasoning'), el('div', null, item.reasoning));
-        node.append(d);
-      }
-      node.append(markdown(item.text));
+      node.append(...answerBody(item.last_step || item));
       const u = item.usage || {};
       // An imported answer knows no usage or time: none is shown rather than zeros.
       const counted = (u.input_tokens || 0) + (u.output_tokens || 0) > 0;
@@ -68,7 +68,7 @@ export function itemElement(item) {
     }
     case 'interrupted': {
       node = el('div', 'msg assistant interrupted');
-      node.append(el('span', 'badge', 'interrupted'), markdown(item.text));
+      node.append(el('span', 'badge', 'interrupted'), ...answerBody(item.last_step || item));
       const [words, detail] = endedWords(item.ended);
       node.append(stateLine(words + (item.attempt > 1 ? ' (attempt ' + item.attempt + ')' : '') + '.', detail));
       node.append(answerActions(item));
@@ -119,10 +119,23 @@ export function itemElement(item) {
   d.kind = item.kind;
   if (item.turn != null) d.turn = item.turn;
   if (item.attempt != null) d.attempt = item.attempt;
+  if (item.kind === 'step') d.step = item.step;
   if (item.kind === 'rewind') d.editedSeq = item.edited_seq;
   if (item.kind === 'compaction') d.replacesThroughSeq = item.replaces_through_seq;
   if (item.abandoned) { d.abandoned = 'true'; node.classList.add('abandoned'); }
   return node;
+}
+
+// An answer's (or a step's) reasoning, folded, and its text as markdown.
+export function answerBody(part, highlighting = true) {
+  const out = [];
+  if (part.reasoning) {
+    const d = el('details', 'reasoning');
+    d.append(el('summary', null, 'Reasoning'), el('div', null, part.reasoning));
+    out.push(d);
+  }
+  out.push(markdown(part.text, highlighting));
+  return out;
 }
 
 function actionsRow() {

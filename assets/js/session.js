@@ -165,9 +165,29 @@ function liveBubble(item) {
   // text is as long, so a reload never shows the answer shrink and grow back.
   b.restart = () => { b.floor = b.text.length; b.text = ''; reasoningText.textContent = ''; };
   b.finish = () => { b.floor = 0; done = true; schedule(); };
-  b.setReasoning(item && item.reasoning ? item.reasoning : '');
-  if (item) { box.dataset.seq = item.seq; b.text = item.text || ''; render(); }
+  // A step called tools: its text so far stays above its calls, as the saved transcript
+  // shows it (a `step` item), and the bubble goes on with the next step's. A step the page
+  // shows already (the attempt replayed after a reload) is not shown twice.
+  b.endStep = (step, anchor) => {
+    const t = $('transcript');
+    const shown = t.querySelector('.msg.step[data-turn="' + Number(b.turn) + '"][data-attempt="' + Number(b.attempt) + '"][data-step="' + Number(step) + '"]');
+    if (!shown && (b.text.trim() || reasoningText.textContent)) {
+      const node = itemElement({ kind: 'step', turn: b.turn, attempt: b.attempt, step, text: b.text, reasoning: reasoningText.textContent, seq: 0 });
+      t.insertBefore(node, anchor && anchor.isConnected ? anchor : box);
+    }
+    b.text = ''; b.floor = 0; reasoningText.textContent = ''; reasoning.hidden = true; schedule();
+  };
+  const shown = item ? item.last_step || item : null;
+  b.setReasoning(shown && shown.reasoning ? shown.reasoning : '');
+  if (item) { box.dataset.seq = item.seq; b.text = shown.text || ''; render(); }
   return b;
+}
+
+// Where a step's text goes when its call `f` arrives: before the question or the row of
+// that call if the page shows one already (a replay), else just above the live answer.
+function stepAnchor(t, turn, attempt, f) {
+  const mine = (n) => n.dataset.callId === f.call_id && Number(n.dataset.turn) === turn && Number(n.dataset.attempt) === attempt;
+  return [...t.querySelectorAll('.permission, .tool')].find(mine) || null;
 }
 
 // Follows one attempt's frames into a live bubble: `adopted` (the `streaming` item shown on
@@ -178,10 +198,12 @@ function streamInto(adopted, mine) {
   const tools = toolFrames(t, state.id, (node) => { if (bubble && bubble.box.isConnected) t.insertBefore(node, bubble.box); else t.append(node); });
   return (f) => {
     if (view !== mine) return;
+    if (f.type === 'tool_call' && bubble) bubble.endStep(f.step, stepAnchor(t, bubble.turn, bubble.attempt, f));
     if (tools(f) && f.type !== 'turn') return;
     if (f.type === 'turn') {
       if (adopted && adopted.turn === f.turn && adopted.attempt === f.attempt) { bubble = adopted; bubble.restart(); }
       else { bubble = liveBubble(); t.append(bubble.box); }
+      bubble.turn = f.turn; bubble.attempt = f.attempt;
     }
     else if (f.type === 'status') setStatus({ compacting: 'Compacting earlier messages…', waiting: 'Waiting for the model…', streaming: 'Answering…', tool: 'Running a tool…', permission: 'Waiting for your answer…' }[f.phase] || '');
     else if (f.type === 'chunk') { if (bubble) bubble.addText(f.text); }

@@ -123,7 +123,7 @@ export async function reveal(seq) {
     const s = Number(n.dataset.seq);
     if (s > 0 && s <= seq && (!best || s > Number(best.dataset.seq))) best = n;
   }
-  if (best && Number(best.dataset.seq) !== seq && !best.matches('.msg.interrupted, .msg.streaming')) best = null;
+  if (best && Number(best.dataset.seq) !== seq && !best.matches('.msg.interrupted, .msg.streaming, .msg.step')) best = null;
   t.querySelectorAll('.found').forEach((n) => n.classList.remove('found'));
   if (!best) return;
   best.classList.add('found');
@@ -135,12 +135,18 @@ export function isOpen(id) { return pager.id === id && !!top && top.isConnected;
 
 // An automatic title is written while the first answer streams, so its seq falls between
 // the question and the answer: shown after the answer instead (the seq stays on the node).
-const ANSWER = '.msg.assistant, .msg.interrupted, .notice.error';
+// A tool-using answer's steps, calls and questions come before it: they are passed over.
+const ANSWER = '.msg.assistant:not(.step), .msg.interrupted, .notice.error';
+const BEFORE_ANSWER = '.msg.step, .tool, .permission';
 export function placeTitles(t) {
   for (const n of t.querySelectorAll('.notice.title-auto')) {
-    const question = n.previousElementSibling;
-    const answer = n.nextElementSibling;
-    if (question && question.matches('.msg.user') && answer && answer.matches(ANSWER)) answer.after(n);
+    let question = n.previousElementSibling;
+    while (question && question.matches(BEFORE_ANSWER)) question = question.previousElementSibling;
+    if (!question || !question.matches('.msg.user')) continue;
+    const turn = question.dataset.seq;
+    let answer = n.nextElementSibling;
+    while (answer && answer.matches(BEFORE_ANSWER) && answer.dataset.turn === turn) answer = answer.nextElementSibling;
+    if (answer && answer.matches(ANSWER) && answer.dataset.turn === turn) answer.after(n);
   }
 }
 
@@ -149,7 +155,7 @@ export function placeTitles(t) {
 export function offerRetry(onRetry) {
   const t = $('transcript');
   t.querySelectorAll('.inline-retry').forEach((b) => b.remove());
-  const turns = t.querySelectorAll('.msg.user, .msg.assistant, .msg.interrupted, .notice.error[data-turn]');
+  const turns = t.querySelectorAll('.msg.user, .msg.assistant:not(.step), .msg.interrupted, .notice.error[data-turn]');
   const last = turns[turns.length - 1];
   if (!last || !last.matches('.msg.interrupted, .notice.error') || last.matches('.streaming')) return;
   const b = el('button', 'inline-retry', 'Retry');

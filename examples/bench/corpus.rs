@@ -509,6 +509,7 @@ impl Gen {
                     text: part,
                     reasoning: None,
                     ended: None,
+                    step: None,
                 });
                 push(&mut out, &mut now, &mut self.rng, p);
             }

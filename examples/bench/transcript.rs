@@ -97,6 +97,7 @@ pub fn session(store: &Store) -> Result<SessionId, Box<dyn std::error::Error>> {
                             text: format!("part {part} of {n} "),
                             reasoning: None,
                             ended: None,
+                            step: None,
                         }),
                     )?;
                 }

@@ -172,6 +172,7 @@ pub(super) fn unsaved(turn: &ActiveTurn, out: &Streamed) -> Option<Payload> {
         text: text.to_owned(),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
         ended: None,
+        step: Some(out.steps),
     }))
 }
 
@@ -185,6 +186,7 @@ pub(super) fn last_checkpoint(turn: &ActiveTurn, out: &Streamed, ended: AttemptE
         text: out.text[out.saved_text..].to_owned(),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
         ended: Some(ended),
+        step: Some(out.steps),
     })
 }
 

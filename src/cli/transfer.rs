@@ -181,17 +181,23 @@ fn write_markdown_item(item: &Item, out: &mut dyn Write) -> Result<(), CliError>
     let at = &item.created_at;
     match &item.body {
         ItemBody::User { text } => writeln!(out, "**You** · {at}\n\n{text}\n")?,
-        ItemBody::Assistant { text, model, .. } => {
-            writeln!(out, "**Assistant** ({model}) · {at}\n\n{text}\n")?
-        }
-        ItemBody::Interrupted { text, .. } => writeln!(
+        ItemBody::Assistant { model, .. } => writeln!(
             out,
-            "**Assistant, interrupted** · {at}\n\n{text}\n\n_(the answer was cut off here)_\n"
+            "**Assistant** ({model}) · {at}\n\n{}\n",
+            item.body.shown_text().unwrap_or_default()
         )?,
-        ItemBody::Streaming { text, .. } => writeln!(
+        ItemBody::Interrupted { .. } => writeln!(
             out,
-            "**Assistant, still answering** · {at}\n\n{text}\n\n_(the answer so far)_\n"
+            "**Assistant, interrupted** · {at}\n\n{}\n\n_(the answer was cut off here)_\n",
+            item.body.shown_text().unwrap_or_default()
         )?,
+        ItemBody::Streaming { .. } => writeln!(
+            out,
+            "**Assistant, still answering** · {at}\n\n{}\n\n_(the answer so far)_\n",
+            item.body.shown_text().unwrap_or_default()
+        )?,
+        // A step's text before the tool calls it made.
+        ItemBody::Step { text, .. } => writeln!(out, "**Assistant** · {at}\n\n{text}\n")?,
         ItemBody::Error { code, message, .. } => {
             writeln!(out, "_Failed ({code}): {message}_ · {at}\n")?
         }

@@ -53,29 +53,56 @@ impl Log {
     }
 
     pub fn answer(&mut self, turn: u64, attempt: u32, text: &str) -> u64 {
+        let reasoning = format!("thinking about {text}");
+        self.answer_with(turn, attempt, text, Some(reasoning), 1)
+    }
+
+    fn answer_with(
+        &mut self,
+        turn: u64,
+        attempt: u32,
+        text: &str,
+        reasoning: Option<String>,
+        steps: u32,
+    ) -> u64 {
         self.push(Payload::AssistantTurn(AssistantTurn {
             turn,
             attempt,
             text: text.into(),
-            reasoning: Some(format!("thinking about {text}")),
+            reasoning,
             provider: "mock".into(),
             model: "m".into(),
             finish_reason: Some("stop".into()),
             usage: Usage::default(),
             duration_ms: 3,
             ledger_id: None,
-            steps: 1,
+            steps,
         }))
     }
 
     pub fn checkpoint(&mut self, turn: u64, attempt: u32, text: &str) -> u64 {
+        self.checkpoint_of(turn, attempt, None, text)
+    }
+
+    /// A checkpoint of step `step` of an attempt that used tools (SPEC §13).
+    pub fn step_checkpoint(&mut self, turn: u64, attempt: u32, step: u32, text: &str) -> u64 {
+        self.checkpoint_of(turn, attempt, Some(step), text)
+    }
+
+    fn checkpoint_of(&mut self, turn: u64, attempt: u32, step: Option<u32>, text: &str) -> u64 {
         self.push(Payload::PendingState(PendingState {
             turn,
             attempt,
             text: text.into(),
             reasoning: None,
             ended: None,
+            step,
         }))
+    }
+
+    /// A completed answer that took `steps` provider calls.
+    pub fn answer_of_steps(&mut self, turn: u64, attempt: u32, text: &str, steps: u32) -> u64 {
+        self.answer_with(turn, attempt, text, None, steps)
     }
 
     /// The last checkpoint of an attempt that ended abnormally, saying why.
@@ -89,6 +116,7 @@ impl Log {
                 code: code.into(),
                 message: format!("ended: {code}"),
             }),
+            step: None,
         }))
     }
 
@@ -124,10 +152,15 @@ impl Log {
     }
 
     pub fn tool(&mut self) -> u64 {
+        self.tool_of(0, 1, 1)
+    }
+
+    /// A call of step `step` of an attempt.
+    pub fn tool_of(&mut self, turn: u64, attempt: u32, step: u32) -> u64 {
         self.push(Payload::ToolExecution(ToolExecution {
-            turn: 0,
-            attempt: 1,
-            step: 1,
+            turn,
+            attempt,
+            step,
             call_id: "c1".into(),
             name: "fs__ls".into(),
             server: "fs".into(),

@@ -24,7 +24,7 @@ const write = (id, path, content) => ({ id, name: 'fs__write_file', arguments: J
 // The model's first step asks for `calls`; its second (unscripted) quotes the results.
 const step = (calls, text = 'On it.') => h.mock({ kind: 'stream', text, tool_calls: calls });
 // The answer is over and saved: the transcript was re-read (no live bubble left).
-const answered = (p, n = 1) => p.waitForFunction((n) => document.querySelectorAll('#transcript .msg.assistant:not(.streaming)').length >= n
+const answered = (p, n = 1) => p.waitForFunction((n) => document.querySelectorAll('#transcript .msg.assistant:not(.streaming):not(.step)').length >= n
   && !document.querySelector('#transcript .msg.streaming'), n, { timeout: 30000 });
 
 test('a call that asks: Allow runs it, the file is written, the call shows ok and opens to its result', { skip }, async () => {
@@ -59,6 +59,38 @@ test('a call that asks: Allow runs it, the file is written, the call shows ok an
   await p.context().close();
 });
 
+// What the transcript shows, in order: each item's kind, and a step's or answer's text.
+// (Rows shown from live frames have no `data-kind` yet.)
+const order = (p) => p.$$eval('#transcript .msg, #transcript .tool, #transcript .permission', (ns) => ns.filter((n) => !n.closest('[hidden]'))
+  .map((n) => {
+    const text = () => ': ' + n.querySelector('.md').textContent.trim();
+    if (n.matches('.msg.step')) return 'step' + text();
+    if (n.matches('.msg.assistant')) return 'assistant' + text();
+    return ['user', 'permission', 'tool'].find((k) => n.matches('.' + k)) || n.className;
+  }));
+
+test('text written before a call is shown before it: live, once saved, and after a reload', { skip }, async () => {
+  const p = await h.page();
+  await p.goto(h.base + '/');
+  await step([write('call_order', join(dir, 'order.txt'), 'in order')], 'First I write the note.');
+  await ask(p, 'write it, then tell me');
+  await p.waitForSelector('.permission.pending', { timeout: 30000 });
+  // Live: the step's text stays above its call and the question, not in the answer below.
+  assert.deepEqual((await order(p)).slice(0, 4), ['user', 'step: First I write the note.', 'permission', 'tool']);
+  await p.click('.permission.pending button.allow-once');
+  await answered(p);
+  const saved = await order(p);
+  assert.deepEqual(saved.slice(0, 4), ['user', 'step: First I write the note.', 'permission', 'tool']);
+  assert.equal(saved.length, 5);
+  assert.match(saved[4], /^assistant: /);
+  assert.ok(!saved[4].includes('First I write'), 'the answer does not repeat the step: ' + saved[4]);
+  await p.reload();
+  await p.waitForSelector('.msg.assistant:not(.step)');
+  assert.deepEqual(await order(p), saved);
+  assert.deepEqual(p.errors || [], []);
+  await p.context().close();
+});
+
 test('a reload while the question waits shows it once, and Deny works', { skip }, async () => {
   const p = await h.page();
   await p.goto(h.base + '/');
@@ -72,6 +104,9 @@ test('a reload while the question waits shows it once, and Deny works', { skip }
   await p.waitForSelector('.tool[data-status="asking"]', { timeout: 30000 });
   assert.equal(await p.locator('.permission').count(), 1, 'one question, not the item plus the replayed frame');
   assert.equal(await p.locator('.tool').count(), 1);
+  // The step's text, saved before its call ran, is above it once (the replay adds none).
+  assert.deepEqual((await order(p)).slice(0, 4), ['user', 'step: On it.', 'permission', 'tool']);
+  assert.equal(await p.locator('.msg.step').count(), 1);
   assert.equal(await p.textContent('#status'), 'Waiting for your answer…');
   await p.click('.permission.pending button.deny');
   await answered(p);

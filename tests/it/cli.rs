@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::support::*;
 
-fn brain(db: &TempDb, args: &[&str]) -> Output {
+pub(crate) fn brain(db: &TempDb, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_brain"))
         .arg("--db")
         .arg(db.path())
@@ -40,7 +40,7 @@ fn brain_exits(db: &TempDb, args: &[&str], env: &[(&str, &str)]) -> Output {
     }
 }
 
-fn stdout_ok(out: &Output) -> String {
+pub(crate) fn stdout_ok(out: &Output) -> String {
     assert!(
         out.status.success(),
         "stderr: {}",

@@ -17,6 +17,7 @@ fn checkpoint(turn: u64, attempt: u32, text: &str) -> Payload {
         text: text.into(),
         reasoning: None,
         ended: None,
+        step: None,
     })
 }
 

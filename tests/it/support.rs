@@ -75,6 +75,7 @@ pub fn pending(turn: u64, attempt: u32, text: &str) -> Payload {
         text: text.into(),
         reasoning: None,
         ended: None,
+        step: None,
     })
 }
 

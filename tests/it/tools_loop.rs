@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::cli::{brain, stdout_ok};
 use crate::mcp::npm_server;
 use crate::server::agent;
 use crate::support::*;
@@ -247,6 +248,39 @@ fn the_model_writes_a_real_file_with_consent_and_the_next_turn_sees_only_the_ans
         "Writing it.\n\nDone: the note is written."
     );
     assert_eq!(answer_event["steps"], 2);
+    assert_eq!(
+        log[2]["payload"]["step"], 1,
+        "the checkpoint names its step"
+    );
+
+    // Shown in the order it happened: step 1's text before its question and call, the
+    // answer after them with only what came after (its `text` stays the whole answer).
+    let (_, transcript) = call_url(&b.url, &format!("/v1/sessions/{id}"));
+    let items = transcript["items"].as_array().unwrap();
+    let shown: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    // (An automatic title may follow.)
+    assert_eq!(
+        shown[..5],
+        ["user", "step", "permission", "tool", "assistant"]
+    );
+    assert_eq!(
+        (&items[1]["text"], &items[1]["step"]),
+        (&json!("Writing it."), &json!(1))
+    );
+    assert_eq!(items[4]["last_step"]["text"], "Done: the note is written.");
+    assert_eq!(
+        items[4]["text"],
+        "Writing it.\n\nDone: the note is written."
+    );
+    // `sessions show` reads the same order from the file while the server runs.
+    let out = stdout_ok(&brain(&b._db, &["sessions", "show", &id]));
+    let at = |s: &str| out.find(s).unwrap_or_else(|| panic!("{s:?} not in {out}"));
+    assert!(at("Writing it.") < at("fs__write_file"), "{out}");
+    assert!(
+        at("fs__write_file") < at("Done: the note is written."),
+        "{out}"
+    );
+    assert_eq!(out.matches("Writing it.").count(), 1, "{out}");
 
     // I3 within the attempt: step 2's messages extend step 1's; the tools are the same.
     let (one, two) = (&steps[0], &steps[1]);

@@ -85,7 +85,6 @@ fn item_text(body: &ItemBody) -> (String, Option<&str>) {
         ItemBody::Assistant {
             turn,
             attempt,
-            text,
             model,
             usage,
             duration_ms,
@@ -93,12 +92,11 @@ fn item_text(body: &ItemBody) -> (String, Option<&str>) {
             ..
         } => (
             assistant_head((*turn, *attempt), model, usage, *duration_ms, finish_reason),
-            Some(text),
+            body.shown_text(),
         ),
         ItemBody::Interrupted {
             turn,
             attempt,
-            text,
             ended,
             ..
         } => (
@@ -106,15 +104,23 @@ fn item_text(body: &ItemBody) -> (String, Option<&str>) {
                 "interrupted (turn {turn}, attempt {attempt}): {}",
                 interrupted_why(ended.as_ref())
             ),
-            Some(text),
+            body.shown_text(),
         ),
-        ItemBody::Streaming {
+        ItemBody::Streaming { turn, attempt, .. } => (
+            format!("answering (turn {turn}, attempt {attempt}): the answer so far"),
+            body.shown_text(),
+        ),
+        // Before the calls it made, where it was written.
+        ItemBody::Step {
             turn,
             attempt,
+            step,
             text,
             ..
         } => (
-            format!("answering (turn {turn}, attempt {attempt}): the answer so far"),
+            format!(
+                "assistant (turn {turn}, attempt {attempt}, step {step}), before its tool calls"
+            ),
             Some(text),
         ),
         ItemBody::Error {

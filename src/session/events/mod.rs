@@ -183,6 +183,11 @@ pub struct PendingState {
     /// periodic ones, and when the process died before it could say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<AttemptEnd>,
+    /// The step (provider call, SPEC §13) the text came from: the transcript shows each
+    /// step's text before that step's tool calls. A step's text is all saved before its
+    /// calls run, so no checkpoint spans two steps. Absent in logs of older brains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 /// Why an interrupted attempt ended: `stopped` (a user's stop), `shutdown`, or the
@@ -474,6 +479,7 @@ mod tests {
             text: "par".into(),
             reasoning: Some("hmm".into()),
             ended: None,
+            step: None,
         }));
         round_trip(Payload::AssistantTurn(AssistantTurn {
             turn: 2,
@@ -649,6 +655,7 @@ mod tests {
             text: "partial".into(),
             reasoning: None,
             ended: None,
+            step: None,
         });
         assert!(!checkpoint.cache_effect().touches_updated_at);
     }

@@ -21,6 +21,7 @@ pub(super) fn kind_of(body: &ItemBody) -> &'static str {
         ItemBody::Assistant { .. } => "assistant",
         ItemBody::Interrupted { .. } => "interrupted",
         ItemBody::Streaming { .. } => "streaming",
+        ItemBody::Step { .. } => "step",
         ItemBody::Error { .. } => "error",
         ItemBody::Compaction { .. } => "compaction",
         ItemBody::Title { .. } => "title",

@@ -187,6 +187,7 @@ fn the_running_attempts_checkpoints_are_one_streaming_item() {
         text: "far".into(),
         reasoning: Some("thinking".into()),
         ended: None,
+        step: None,
     }));
     // Without the engine's word, the log cannot tell running from cut off.
     assert_eq!(

@@ -13,13 +13,18 @@
 //! plus the live tail ([`crate::session::Store::events_for_context`]) and get the same
 //! answer as the whole log.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
 pub mod page;
 pub mod questions;
+mod steps;
+mod transcript;
 pub mod tree;
+
+pub use steps::StepText;
+pub use transcript::{Item, ItemBody, ui_transcript};
 
 pub use questions::Questions;
 
@@ -28,10 +33,7 @@ pub use tree::{
     visible_compaction_boundary,
 };
 
-use super::events::{
-    AssistantTurn, AttemptEnd, CompactionApplied, Decoded, Event, Payload, PendingState, TitledBy,
-    ToolExecution, TurnFailed, TurnMemory, Usage,
-};
+use super::events::{CompactionApplied, Decoded, Event, Payload, PendingState, TurnMemory};
 
 /// Head of the summary message that stands for the compacted part.
 pub const SUMMARY_HEAD: &str = "[Summary of the conversation so far]";
@@ -276,267 +278,6 @@ impl Builder {
     }
 }
 
-/// One entry of the UI transcript.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Item {
-    pub seq: u64,
-    pub created_at: String,
-    /// A later rewind hides this event from the model (SPEC §14): an earlier version,
-    /// shown, never dropped.
-    pub abandoned: bool,
-    #[serde(flatten)]
-    pub body: ItemBody,
-}
-
-/// What an item shows (SPEC §4's table); serialised with its `kind`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ItemBody {
-    User {
-        text: String,
-    },
-    Assistant {
-        turn: u64,
-        attempt: u32,
-        text: String,
-        reasoning: Option<String>,
-        provider: String,
-        model: String,
-        usage: Usage,
-        duration_ms: u64,
-        finish_reason: Option<String>,
-    },
-    Interrupted {
-        turn: u64,
-        attempt: u32,
-        text: String,
-        reasoning: Option<String>,
-        /// Why it ended, from its last checkpoint; `None` (null) when brain never said:
-        /// the process died mid-answer.
-        ended: Option<AttemptEnd>,
-    },
-    /// The checkpoints of the attempt that is still running: a reader shows them as the
-    /// answer so far and follows the rest through `/live`, not as a cut-off answer.
-    Streaming {
-        turn: u64,
-        attempt: u32,
-        text: String,
-        reasoning: Option<String>,
-    },
-    Error {
-        turn: u64,
-        attempt: u32,
-        code: String,
-        message: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        reasoning: Option<String>,
-    },
-    Compaction {
-        summary: String,
-        replaces_through_seq: u64,
-        tokens_before: u64,
-        tokens_after: u64,
-        /// `llm`, or `extractive` when no model could summarise.
-        method: String,
-    },
-    Title {
-        title: String,
-        by: TitledBy,
-    },
-    Tool(ToolExecution),
-    /// A question to the user about a tool call, with its answer once there is one.
-    Permission {
-        /// The attempt that asked: with the call id, what names the call.
-        turn: u64,
-        attempt: u32,
-        call_id: String,
-        name: String,
-        args: String,
-        /// `allow` or `deny`; null while the question waits.
-        decision: Option<String>,
-        by: Option<String>,
-        remember: bool,
-    },
-    /// An edit: the conversation went on from `to_seq`, `edited_seq` being the message
-    /// that was edited.
-    Rewind {
-        to_seq: u64,
-        edited_seq: u64,
-    },
-    /// An event this brain cannot show: a payload that does not decode, or a kind from a
-    /// newer brain.
-    Unreadable {
-        event_kind: String,
-    },
-}
-
-/// Everything a person should see, in seq order, compacted events included. `active` is
-/// the attempt still running, as (turn, attempt), if the caller knows of one: its
-/// checkpoints are one `streaming` item instead of an `interrupted` one. The log alone
-/// cannot tell a running attempt from one whose process died, so a reader without the
-/// server's engine passes `None` and sees it as interrupted.
-pub fn ui_transcript(events: &[Event], active: Option<(u64, u32)>) -> Vec<Item> {
-    let decoded: Vec<(&Event, Decoded)> = events.iter().map(|e| (e, e.decode())).collect();
-    let mut attempts = Attempts {
-        active,
-        ..Attempts::default()
-    };
-    for (e, d) in &decoded {
-        match d {
-            Decoded::Known(Payload::AssistantTurn(a)) => {
-                attempts.completed.insert((a.turn, a.attempt));
-            }
-            Decoded::Known(Payload::PendingState(c)) => {
-                attempts
-                    .partials
-                    .entry((c.turn, c.attempt))
-                    .or_default()
-                    .push(c);
-            }
-            Decoded::Known(Payload::PermissionRequested(q)) => attempts.questions.asked(e.seq, q),
-            Decoded::Known(Payload::PermissionResolved(r)) => {
-                attempts.questions.resolved(r);
-            }
-            _ => {}
-        }
-    }
-    let hidden = abandoned(events);
-    let mut items = Vec::new();
-    for ((e, d), abandoned) in decoded.iter().zip(hidden) {
-        let body = match d {
-            Decoded::Known(p) => match known_item(e.seq, p, &mut attempts) {
-                Some(b) => b,
-                None => continue,
-            },
-            Decoded::UnknownKind | Decoded::Unreadable(_) => ItemBody::Unreadable {
-                event_kind: e.kind.clone(),
-            },
-        };
-        items.push(Item {
-            seq: e.seq,
-            created_at: e.created_at.clone(),
-            abandoned,
-            body,
-        });
-    }
-    items
-}
-
-/// What the transcript knows about attempts while it walks the log.
-#[derive(Default)]
-struct Attempts<'a> {
-    /// The attempt still running, if any.
-    active: Option<(u64, u32)>,
-    completed: HashSet<(u64, u32)>,
-    /// (turn, attempt) → its checkpoints, in seq order.
-    partials: HashMap<(u64, u32), Vec<&'a PendingState>>,
-    /// Attempts whose partial already has its item.
-    shown: HashSet<(u64, u32)>,
-    /// The questions and their answers (an answer is shown with its question).
-    questions: Questions<'a>,
-}
-
-fn known_item(seq: u64, p: &Payload, attempts: &mut Attempts) -> Option<ItemBody> {
-    Some(match p {
-        Payload::UserMessage(m) => ItemBody::User {
-            text: m.text.clone(),
-        },
-        Payload::AssistantTurn(a) => assistant_item(a),
-        Payload::PendingState(c) => {
-            let key = (c.turn, c.attempt);
-            // A completed attempt's checkpoints are its answer's; an interrupted or running
-            // attempt is one item, at its first checkpoint.
-            if attempts.completed.contains(&key) || !attempts.shown.insert(key) {
-                return None;
-            }
-            let cps = attempts
-                .partials
-                .get(&key)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let text: String = cps.iter().map(|c| c.text.as_str()).collect();
-            let reasoning: String = cps.iter().filter_map(|c| c.reasoning.as_deref()).collect();
-            let reasoning = (!reasoning.is_empty()).then_some(reasoning);
-            let (turn, attempt) = key;
-            if attempts.active == Some(key) {
-                ItemBody::Streaming {
-                    turn,
-                    attempt,
-                    text,
-                    reasoning,
-                }
-            } else {
-                let ended = cps.iter().rev().find_map(|c| c.ended.clone());
-                ItemBody::Interrupted {
-                    turn,
-                    attempt,
-                    text,
-                    reasoning,
-                    ended,
-                }
-            }
-        }
-        Payload::TurnFailed(f) => failed_item(f),
-        Payload::CompactionApplied(c) => ItemBody::Compaction {
-            summary: c.summary.clone(),
-            replaces_through_seq: c.replaces_through_seq,
-            tokens_before: c.tokens_before,
-            tokens_after: c.tokens_after,
-            method: c.method.clone(),
-        },
-        Payload::SessionTitled(t) => ItemBody::Title {
-            title: t.title.clone(),
-            by: t.by,
-        },
-        Payload::ToolExecution(t) => ItemBody::Tool(t.clone()),
-        Payload::PermissionRequested(q) => {
-            let answer = attempts.questions.answer(seq);
-            ItemBody::Permission {
-                turn: q.turn,
-                attempt: q.attempt,
-                call_id: q.call_id.clone(),
-                name: q.name.clone(),
-                args: q.args.clone(),
-                decision: answer.map(|a| a.decision.clone()),
-                by: answer.map(|a| a.by.clone()),
-                remember: answer.is_some_and(|a| a.remember),
-            }
-        }
-        Payload::Rewind(r) => ItemBody::Rewind {
-            to_seq: r.to_seq,
-            edited_seq: r.edited_seq,
-        },
-        Payload::PermissionResolved(_) => return None,
-        Payload::SessionStarted(_) | Payload::SessionArchived(_) | Payload::TurnMemory(_) => {
-            return None;
-        }
-    })
-}
-
-fn assistant_item(a: &AssistantTurn) -> ItemBody {
-    ItemBody::Assistant {
-        turn: a.turn,
-        attempt: a.attempt,
-        text: a.text.clone(),
-        reasoning: a.reasoning.clone(),
-        provider: a.provider.clone(),
-        model: a.model.clone(),
-        usage: a.usage,
-        duration_ms: a.duration_ms,
-        finish_reason: a.finish_reason.clone(),
-    }
-}
-
-fn failed_item(f: &TurnFailed) -> ItemBody {
-    ItemBody::Error {
-        turn: f.turn,
-        attempt: f.attempt,
-        code: f.code.clone(),
-        message: f.message.clone(),
-        reasoning: f.reasoning.clone(),
-    }
-}
-
 #[cfg(test)]
 mod examples;
 #[cfg(test)]
@@ -547,3 +288,5 @@ mod page_properties;
 mod properties;
 #[cfg(test)]
 mod rewind_examples;
+#[cfg(test)]
+mod step_properties;

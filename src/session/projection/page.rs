@@ -5,8 +5,11 @@
 //! An item is decided by its own event plus a few others, which the page asks for by name
 //! instead of reading the whole log:
 //! - a checkpoint: the other checkpoints of its attempt (the first one carries the item,
-//!   the text is all of them) and the attempt's `assistant_turn`, if any (a completed
-//!   attempt's checkpoints are no item); all of them belong to the checkpoint's turn;
+//!   the text is all of them; with several steps, each step's first one carries that
+//!   step's text) and the attempt's `assistant_turn`, if any (a completed attempt's
+//!   checkpoints are no item but its steps'); all of them belong to the checkpoint's turn;
+//! - an `assistant_turn` of several steps: its attempt's checkpoints (which say what its
+//!   earlier steps wrote);
 //! - a permission question: the questions and answers of its call id (an answer names its
 //!   attempt, or, in an older log, belongs to the newest unanswered question of its call id
 //!   before it: [`super::Questions`]);
@@ -19,7 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{Item, ui_transcript};
-use crate::session::events::{Decoded, Event, Payload};
+use crate::session::events::{AssistantTurn, Decoded, Event, Payload, PendingState};
 
 /// The first window read back from `before_seq`, in events, when the page is smaller: a
 /// window of about `limit` events usually holds fewer than `limit` items (a completed
@@ -72,20 +75,19 @@ pub fn transcript_page<S: PageSource>(
         let reached_start = got.len() < want;
         for e in got {
             low = low.min(e.seq);
-            match e.decode() {
-                Decoded::Known(Payload::PendingState(c)) if turns_read.insert(c.turn) => {
-                    for x in source.turn_attempts(c.turn)? {
+            if let Decoded::Known(p) = e.decode() {
+                if let Some(turn) = attempts_needed(&p).filter(|&t| turns_read.insert(t)) {
+                    for x in source.turn_attempts(turn)? {
                         known.insert(x.seq, x);
                     }
                 }
-                Decoded::Known(Payload::PermissionRequested(q))
-                    if calls_read.insert(q.call_id.clone()) =>
+                if let Payload::PermissionRequested(q) = &p
+                    && calls_read.insert(q.call_id.clone())
                 {
                     for x in source.permission_events(&q.call_id)? {
                         known.insert(x.seq, x);
                     }
                 }
-                _ => {}
             }
             known.insert(e.seq, e);
         }
@@ -101,6 +103,19 @@ pub fn transcript_page<S: PageSource>(
             return Ok(Page { items, more });
         }
         want = want.saturating_mul(2);
+    }
+}
+
+/// The turn whose attempts an event's item depends on, if it does: a checkpoint's always,
+/// an answer's when it took several steps (its earlier steps' text is shown apart,
+/// [`super::steps`]).
+pub fn attempts_needed(p: &Payload) -> Option<u64> {
+    match p {
+        Payload::PendingState(PendingState { turn, .. }) => Some(*turn),
+        Payload::AssistantTurn(AssistantTurn {
+            turn, steps: 2.., ..
+        }) => Some(*turn),
+        _ => None,
     }
 }
 

@@ -22,6 +22,9 @@ pub(super) enum Outcome {
     Failed,
     /// The process died before any checkpoint: nothing is written.
     Killed,
+    /// Used tools: `steps` provider calls, each but the last writing text and calling a
+    /// tool; the last writes `last` checkpoints, then completes or is cut.
+    Stepped { steps: u8, last: u8, complete: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +75,8 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         2 => (1u8..4).prop_map(Outcome::Interrupted),
         1 => Just(Outcome::Failed),
         1 => Just(Outcome::Killed),
+        2 => (2u8..4, 0u8..3, any::<bool>())
+            .prop_map(|(steps, last, complete)| Outcome::Stepped { steps, last, complete }),
     ]
 }
 
@@ -224,6 +229,47 @@ impl Sim {
                 log.failed(turn, attempt, "provider_error");
             }
             Outcome::Killed => {}
+            Outcome::Stepped {
+                steps,
+                last,
+                complete,
+            } => {
+                self.stepped(log, (turn, attempt), u32::from(*steps), *last, *complete);
+            }
+        }
+    }
+
+    /// An attempt that used tools, written as the engine writes one: each step's text
+    /// checkpointed (the steps joined by a blank line) before its call runs.
+    fn stepped(
+        &mut self,
+        log: &mut Log,
+        (turn, attempt): (u64, u32),
+        steps: u32,
+        last: u8,
+        complete: bool,
+    ) {
+        let mut text = String::new();
+        for step in 1..=steps {
+            let calls = step < steps;
+            for c in 0..if calls { 1 } else { last } {
+                let join = if c == 0 && !text.is_empty() {
+                    "\n\n"
+                } else {
+                    ""
+                };
+                let part = format!("{join}s{step}c{c}");
+                text.push_str(&part);
+                log.step_checkpoint(turn, attempt, step, &part);
+            }
+            if calls {
+                log.tool_of(turn, attempt, step);
+            }
+        }
+        if complete {
+            text.push_str(if last == 0 { "\n\nend" } else { " end" });
+            log.answer_of_steps(turn, attempt, &text, steps);
+            self.completed.insert(turn, attempt);
         }
     }
 
@@ -414,13 +460,13 @@ proptest! {
             prop_assert_eq!((o.seq, &o.created_at), (l.seq, &l.created_at));
             match (&o.body, &l.body) {
                 (
-                    ItemBody::Interrupted { turn, attempt, text, reasoning, ended },
-                    ItemBody::Streaming { turn: t, attempt: a, text: x, reasoning: r },
+                    ItemBody::Interrupted { turn, attempt, text, reasoning, ended, last_step },
+                    ItemBody::Streaming { turn: t, attempt: a, text: x, reasoning: r, last_step: s },
                 ) => {
                     prop_assert_eq!((*turn, *attempt), active);
                     // A running attempt has not ended: nothing says why it did.
                     prop_assert_eq!(ended, &None);
-                    prop_assert_eq!((turn, attempt, text, reasoning), (t, a, x, r));
+                    prop_assert_eq!((turn, attempt, text, reasoning, last_step), (t, a, x, r, s));
                 }
                 (o, l) => prop_assert_eq!(o, l),
             }

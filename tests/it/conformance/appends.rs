@@ -206,6 +206,7 @@ fn an_attempts_append_is_refused_once_another_attempt_wrote_after_its_last(db: &
             text: text.into(),
             reasoning: None,
             ended: None,
+            step: None,
         })
     };
     let mark = AttemptMark {
@@ -261,6 +262,7 @@ fn an_attempts_append_to_a_session_imported_again_shorter_is_refused(db: &Db) {
         text: "late".into(),
         reasoning: None,
         ended: None,
+        step: None,
     });
     let e = store
         .write(|w| w.append_for(&mark, id, &checkpoint))

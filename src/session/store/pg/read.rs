@@ -16,7 +16,9 @@ use postgres::types::Type;
 
 use super::rows::{event_row, session_row, to_i64, typed};
 use crate::session::events::{Decoded, Event, Payload, SessionId};
-use crate::session::projection::page::{Page, PageSource, transcript_page as project_page};
+use crate::session::projection::page::{
+    Page, PageSource, attempts_needed, transcript_page as project_page,
+};
 use crate::session::projection::visible_compaction_boundary;
 use crate::session::store::error::{Result, StoreError};
 use crate::session::store::types::SessionRow;
@@ -323,22 +325,21 @@ impl<C: GenericClient> PgPage<'_, C> {
     fn prefetch(&mut self, window: &[Event]) -> Result<()> {
         let (mut turns, mut calls) = (Vec::new(), Vec::new());
         for e in window {
-            match e.decode() {
-                Decoded::Known(Payload::PendingState(c))
-                    if !self.attempts.contains_key(&c.turn.to_string()) =>
-                {
-                    let turn = c.turn.to_string();
-                    self.attempts.insert(turn.clone(), Vec::new());
-                    turns.push(turn);
-                }
-                Decoded::Known(Payload::PermissionRequested(q))
-                    if !self.answers.contains_key(&as_field(&q.call_id)) =>
-                {
-                    let call = as_field(&q.call_id);
-                    self.answers.insert(call.clone(), Vec::new());
-                    calls.push(call);
-                }
-                _ => {}
+            let Decoded::Known(p) = e.decode() else {
+                continue;
+            };
+            if let Some(turn) = attempts_needed(&p).map(|t| t.to_string())
+                && !self.attempts.contains_key(&turn)
+            {
+                self.attempts.insert(turn.clone(), Vec::new());
+                turns.push(turn);
+            }
+            if let Payload::PermissionRequested(q) = &p
+                && !self.answers.contains_key(&as_field(&q.call_id))
+            {
+                let call = as_field(&q.call_id);
+                self.answers.insert(call.clone(), Vec::new());
+                calls.push(call);
             }
         }
         let id = self.id.as_uuid();
