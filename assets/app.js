@@ -13,7 +13,7 @@ const touch = window.matchMedia('(pointer: coarse)');
 function init() {
   initLayout();
   // A fork opens at once and joins the list.
-  initVersions({ edit: sendEdit, open: async (id) => { await openSession(id, true); loadSessions(true); } });
+  initVersions({ edit: sendEdit, retry, open: async (id) => { await openSession(id, true); loadSessions(true); } });
   if (touch.matches) $('message').placeholder = 'Message brain…';
   $('composer').addEventListener('submit', send);
   $('message').addEventListener('keydown', (e) => {
@@ -21,7 +21,6 @@ function init() {
   });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && state.streaming && state.id) api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch(() => {}); });
   $('stop').addEventListener('click', () => api('/v1/sessions/' + state.id + '/stop', { method: 'POST' }).catch((e) => setStatus(e.message)));
-  $('retry').addEventListener('click', retry);
   $('new-chat').addEventListener('click', () => { setStatus(''); state.id = null; state.session = null; history.pushState({}, '', '/'); showEmpty(); renderHeader(); $('message').focus(); });
   $('search').addEventListener('input', onSearch);
   $('search-recent').addEventListener('change', onSearch);

@@ -4,7 +4,7 @@
 import { el, tokens, state } from './dom.js';
 import { toolElement, permissionElement } from './tools.js';
 import { enhanceCode, copyButton } from './code.js';
-import { userElement, forkButton } from './versions.js';
+import { userElement, forkButton, regenerateButton } from './versions.js';
 
 let markedReady = false;
 function setupMarkdown() {
@@ -60,7 +60,7 @@ export function itemElement(item) {
       const counted = (u.input_tokens || 0) + (u.output_tokens || 0) > 0;
       node.append(el('div', 'meta', [item.model, counted ? tokens(u.input_tokens) + ' in' : null,
         counted ? tokens(u.cache_read_tokens) + ' cached' : null, counted ? tokens(u.output_tokens) + ' out' : null,
-        item.duration_ms > 0 ? (item.duration_ms / 1000).toFixed(1) + ' s' : null,
+        item.duration_ms > 0 ? (item.duration_ms < 1000 ? item.duration_ms + ' ms' : (item.duration_ms / 1000).toFixed(1) + ' s') : null,
         item.attempt > 1 ? 'attempt ' + item.attempt : null, item.finish_reason === 'length' ? 'cut at the token limit' : null]
         .filter(Boolean).join(' · ')));
       node.append(answerActions(item));
@@ -76,7 +76,6 @@ export function itemElement(item) {
     }
     case 'error':
       node = failureNotice(item.code, item.message, false);
-      node.append(actionsRow());
       break;
     case 'compaction': {
       // An extractive digest stands in when no model could summarise: say so on the divider.
@@ -93,16 +92,14 @@ export function itemElement(item) {
       break;
     }
     case 'title':
-      node = el('div', item.by === 'auto' ? 'notice title-auto' : 'notice', 'Renamed to “' + item.title + '”' + (item.by === 'auto' ? ' (automatic)' : ''));
-      node.append(' ', forkButton());
+      // A quiet line: a rename is a fact about the session, not part of the conversation.
+      node = el('div', item.by === 'auto' ? 'notice rename title-auto' : 'notice rename', (item.by === 'auto' ? 'Titled “' : 'Renamed to “') + item.title + '”');
       break;
     case 'tool':
       node = toolElement(item);
-      node.append(actionsRow());
       break;
     case 'permission':
       node = permissionElement(item, state.id);
-      node.append(actionsRow());
       break;
     case 'rewind':
       // An edit's mark: its versions are paged where the message is (versions.js).
@@ -111,7 +108,6 @@ export function itemElement(item) {
       break;
     default:
       node = el('div', 'notice unreadable', 'An event this version cannot show (' + (item.event_kind || item.kind) + ')');
-      node.append(' ', forkButton());
   }
   // What versions.js groups by: kind, turn and attempt, edits, the branch an item is on.
   const d = node.dataset;
@@ -191,13 +187,15 @@ function stateLine(words, detail) {
   return line;
 }
 
-// The actions under an answer: copy its markdown source.
+// The actions under an answer: copy its markdown source (all of it, every step's text),
+// write it again, branch from it. Shown on hover, focus or a tap, and always on the newest
+// exchange (versions.js marks it).
 function answerActions(item) {
   const bar = el('div', 'answer-actions');
   const copy = copyButton('Copy', () => item.text || '');
   copy.classList.add('copy-answer');
   copy.title = 'Copy this answer as markdown';
-  bar.append(copy, forkButton());
+  bar.append(copy, regenerateButton(), forkButton());
   return bar;
 }
 

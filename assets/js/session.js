@@ -29,7 +29,7 @@ function setStreaming(on) {
   state.streaming = on;
   $('stop').hidden = !on;
   $('send').disabled = on;
-  $('retry').disabled = on || !state.id;
+  document.querySelectorAll('#transcript .regenerate').forEach((b) => { b.disabled = on; });
   if (on) document.querySelectorAll('.inline-retry').forEach((b) => b.remove());
 }
 
@@ -126,7 +126,6 @@ export function renderHeader() {
   document.title = s && s.title ? s.title + ' · brain' : 'brain';
   $('archive').disabled = !s;
   $('delete').disabled = !s;
-  $('retry').disabled = !s || state.streaming;
   $('archive').textContent = s && s.archived ? 'Unarchive' : 'Archive';
   document.body.classList.toggle('no-session', !s);
   document.querySelectorAll('.session-link').forEach((a) => a.classList.toggle('active', a.dataset.id === state.id));

@@ -135,6 +135,40 @@ function markEditable(t) {
     const b = u.querySelector('.edit-message');
     if (b) b.hidden = u.dataset.abandoned === 'true' || Number(u.dataset.seq) <= boundary;
   }
+  // The newest exchange shows its actions without a hover; an answer can be written again
+  // where its question could be edited, and always on the newest turn (a retry).
+  const newest = newestTurn(t);
+  t.querySelectorAll('.msg.newest').forEach((n) => n.classList.remove('newest'));
+  for (const n of t.querySelectorAll('.msg.user[data-kind], .msg.assistant[data-kind]:not(.step)')) {
+    const turn = n.matches('.msg.user') ? Number(n.dataset.seq) : Number(n.dataset.turn);
+    if (turn === newest) n.classList.add('newest');
+    const b = n.querySelector('.regenerate');
+    if (b) b.hidden = n.dataset.abandoned === 'true' || (turn !== newest && turn <= boundary);
+  }
+}
+
+// The seq of the newest question of the current branch (what a retry answers again).
+function newestTurn(t) {
+  const seqs = [...t.querySelectorAll('.msg.user[data-kind]')]
+    .filter((u) => u.dataset.abandoned !== 'true' && Number(u.dataset.seq) > 0).map((u) => Number(u.dataset.seq));
+  return seqs.length ? Math.max(...seqs) : null;
+}
+
+// "Regenerate" on an answer: the newest turn is answered again (a new attempt, paged with
+// the others); an earlier one by sending its question again as an edit (a new version, the
+// old one kept and paged), as a regenerate further up means the conversation goes on from
+// there.
+function regenerate(answer) {
+  if (state.streaming) return;
+  const t = $('transcript');
+  const turn = Number(answer.dataset.turn);
+  if (turn === newestTurn(t)) { hooks.retry(); return; }
+  const question = t.querySelector('.msg.user[data-seq="' + turn + '"]');
+  if (!question) { setStatus('The question of this answer is not loaded; scroll up to it and try again.'); return; }
+  hooks.edit(turn, question.querySelector('.user-text').textContent, {
+    accepted: () => hideFrom(question),
+    refused: (e) => setStatus('Could not regenerate: ' + e.message),
+  });
 }
 
 // The text area that replaces a user message's text while it is edited.
@@ -208,7 +242,7 @@ async function fork(item) {
 
 // The transcript's clicks on pagers, edit and branch buttons (one listener for all items,
 // also those loaded later). `h.edit(seq, text, {accepted, refused})` sends an edit;
-// `h.open(id)` opens a session and lists it.
+// `h.open(id)` opens a session and lists it; `h.retry()` answers the newest turn again.
 export function initVersions(h) {
   hooks = h;
   $('transcript').addEventListener('click', (e) => {
@@ -217,7 +251,22 @@ export function initVersions(h) {
     if (b.matches('.pager-prev, .pager-next')) page(b.closest(GROUPS), b.matches('.pager-prev') ? -1 : 1);
     else if (b.matches('.edit-message')) startEdit(b.closest('.msg.user'));
     else if (b.matches('.fork-here')) fork(b.closest('[data-kind]'));
+    else if (b.matches('.regenerate')) regenerate(b.closest('[data-kind]'));
   });
+  // A tap on a message shows its actions (a phone has no hover); another tap hides them.
+  $('transcript').addEventListener('click', (e) => {
+    if (e.target.closest('button, a, summary, textarea, input, pre')) return;
+    const msg = e.target.closest('.msg[data-kind]');
+    if (msg && !window.getSelection().toString()) msg.classList.toggle('actions-open');
+  });
+}
+
+// The "Regenerate" button of an answer.
+export function regenerateButton() {
+  const b = el('button', 'regenerate', 'Regenerate');
+  b.type = 'button';
+  b.title = 'Write this answer again (this one is kept: page back to it)';
+  return b;
 }
 
 // The "Branch from here" button of an item.

@@ -235,6 +235,12 @@ test('an automatic title is shown after the answer, not between question and ans
   await p.waitForSelector('.notice.title-auto');
   const order = await p.evaluate(() => [...document.querySelectorAll('#transcript [data-seq]')].map((n) => n.className.split(' ')[0] + ':' + n.dataset.seq));
   assert.deepEqual(order, ['msg:2', 'msg:4', 'notice:3']);
+  // An imported answer knows no usage or time: its line names the model, no zeros.
+  const meta = await p.textContent('.msg.assistant .meta');
+  assert.doesNotMatch(meta, /\b0 (in|out|cached)\b|0\.0 s/, meta);
+  // Said quietly: a small line with no box of its own, no button.
+  const look = await p.$eval('.notice.title-auto', (n) => ({ bg: getComputedStyle(n).backgroundColor, size: parseFloat(getComputedStyle(n).fontSize), buttons: n.querySelectorAll('button').length }));
+  assert.deepEqual(look, { bg: 'rgba(0, 0, 0, 0)', size: 11.5, buttons: 0 });
   await p.context().close();
 });
 

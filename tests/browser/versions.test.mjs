@@ -14,6 +14,8 @@ const HOSTILE = 'second, edited <img src=x onerror="window.pwned=1"><script>wind
 
 const get = async (path) => (await fetch(h.base + path)).json();
 const sessionId = (p) => new URL(p.url()).pathname.split('/').pop();
+// Whether a message's action is shown (hidden ones are transparent and take no taps).
+const shownAction = (loc) => loc.evaluate((b) => getComputedStyle(b.parentElement).opacity === '1' && !b.hidden);
 
 // Waits for an answer to `question` to be shown, saved, and the page idle again.
 async function answered(p, question) {
@@ -36,6 +38,8 @@ async function editedSession() {
   }
   const id = sessionId(p);
   const second = userMsg(p, 'second message');
+  // An earlier message's actions show on hover.
+  await second.hover();
   await second.locator('.edit-message').click();
   const area = second.locator('textarea.edit-text');
   assert.equal(await area.inputValue(), 'second message', 'the edit starts from the text');
@@ -68,7 +72,7 @@ test('an edit: the later turn leaves the model context but stays an earlier vers
   assert.ok(await group.locator('.panel-note').first().isVisible(), 'marked as an earlier version');
   assert.equal(await userMsg(p, 'second, edited').isVisible(), false);
   assert.equal(await p.locator('.msg.assistant', { hasText: 'to: second, edited' }).isVisible(), false, 'the newest version\'s answer is hidden meanwhile');
-  assert.equal(await userMsg(p, 'second message').locator('.edit-message').isVisible(), false, 'an abandoned message has no edit');
+  assert.equal(await userMsg(p, 'second message').locator('.edit-message').evaluate((b) => b.hidden), true, 'an abandoned message has no edit');
 
   await group.locator('.pager-next').click();
   assert.equal(await group.locator('.pager-label').innerText(), '2/2');
@@ -124,7 +128,9 @@ test('Escape cancels an edit; an edit the server refuses says why, in place', as
   const p = await h.page();
   await p.goto(h.base + '/sessions/' + id);
   const first = userMsg(p, 'first message');
+  // By keyboard: a hidden action is reachable and shows once focused.
   await first.locator('.edit-message').focus();
+  assert.equal(await shownAction(first.locator('.edit-message')), true);
   await p.keyboard.press('Enter');
   const area = first.locator('textarea.edit-text');
   await area.waitFor();
@@ -136,8 +142,10 @@ test('Escape cancels an edit; an edit the server refuses says why, in place', as
   // Another tab edits the first message meanwhile: this tab's edit of it is refused.
   const other = await h.page();
   await other.goto(h.base + '/sessions/' + id);
+  await userMsg(p, 'first message').hover();
   await userMsg(p, 'first message').locator('.edit-message').click();
   await first.locator('textarea.edit-text').fill('a stale edit');
+  await userMsg(other, 'first message').hover();
   await userMsg(other, 'first message').locator('.edit-message').click();
   await userMsg(other, 'first message').locator('textarea.edit-text').fill('first, edited elsewhere');
   await userMsg(other, 'first message').locator('.edit-save').click();
@@ -160,7 +168,8 @@ test('regenerate twice: the attempts are paged, 3/3 shown first, back to 1/3', a
   await ask(p, 'retry me');
   await answered(p, 'retry me');
   for (const n of [2, 3]) {
-    await p.click('#retry');
+    // The newest answer shows its actions without a hover.
+    await p.locator('.msg.assistant.newest:visible .regenerate').click();
     await p.locator('.attempts .pager-label', { hasText: n + '/' + n }).waitFor();
     await p.waitForFunction(() => !document.querySelector('#send').disabled && !document.querySelector('.msg.streaming'));
   }
@@ -187,9 +196,40 @@ test('regenerate twice: the attempts are paged, 3/3 shown first, back to 1/3', a
   await p.context().close();
 });
 
+test('Regenerate on an earlier answer sends its question again: a new version, the old one paged', async () => {
+  const p = await h.page();
+  await p.goto(h.base + '/');
+  for (const q of ['alpha question', 'bravo question']) {
+    await ask(p, q);
+    await answered(p, q);
+  }
+  const id = sessionId(p);
+  // Every answer has the control, the earlier one on hover, the newest always.
+  assert.equal(await p.locator('.msg.assistant .regenerate').count(), 2);
+  assert.equal(await shownAction(p.locator('.msg.assistant.newest .regenerate')), true);
+  assert.equal(await shownAction(p.locator('.msg.assistant:not(.newest) .regenerate')), false);
+  const first = p.locator('.msg.assistant', { hasText: 'to: alpha question' });
+  await first.hover();
+  await first.locator('.regenerate').click();
+  await p.locator('.versions .pager-label', { hasText: '2/2' }).waitFor();
+  await p.waitForFunction(() => !document.querySelector('#send').disabled && !document.querySelector('.msg.streaming'));
+  const { items } = await get('/v1/sessions/' + id);
+  const asked = items.filter((i) => i.kind === 'user').map((i) => [i.text, i.abandoned]);
+  assert.deepEqual(asked, [['alpha question', true], ['bravo question', true], ['alpha question', false]]);
+  assert.equal(items.filter((i) => i.kind === 'assistant' && !i.abandoned).length, 1, 'one answer in the branch the model sees');
+  // The earlier version is one click back.
+  await p.locator('.versions > .pager .pager-prev').click();
+  await p.locator('.msg.user:visible', { hasText: 'bravo question' }).waitFor();
+  assert.deepEqual(p.errors || [], []);
+  await p.context().close();
+});
+
 test('Branch from here opens the new session with the transcript through that item', async () => {
   const { p, id } = await editedSession();
   const answer = p.locator('.msg.assistant', { hasText: 'to: first message' });
+  // An earlier answer's actions wait for the pointer: shown on hover, not before.
+  assert.equal(await shownAction(answer.locator('.fork-here')), false, 'Branch from here is not on every item');
+  await answer.hover();
   await answer.locator('.fork-here').click();
   await p.waitForFunction((old) => location.pathname.startsWith('/sessions/') && !location.pathname.endsWith(old), id);
   const fork = sessionId(p);
@@ -245,6 +285,12 @@ test('phone: the pagers and the edit controls fit; nothing scrolls sideways', as
   await msg.locator('.edit-cancel').click();
   await group.locator(':scope > .pager .pager-prev').click();
   await sideways('an earlier version');
+  // A phone has no hover: a tap on an earlier message shows its actions.
+  const earlier = p.locator('.msg.user:visible:not(.newest):has(.fork-here)').first();
+  assert.equal(await shownAction(earlier.locator('.fork-here')), false);
+  await earlier.locator('.user-text').tap();
+  assert.equal(await shownAction(earlier.locator('.fork-here')), true);
+  await inside(earlier.locator('.msg-actions .fork-here'), 'the branch button after a tap');
   await p.screenshot({ path: join(shots, 'versions-phone-earlier.png') });
   assert.deepEqual(p.errors || [], []);
   await p.context().close();
