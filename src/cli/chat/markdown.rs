@@ -7,8 +7,8 @@
 //! needs its whole line), and inline markup from an opening marker until its closer (or
 //! the line's end, where an unclosed marker is shown as typed). A marker whose closer is
 //! not within [`HOLD_CHARS`] is plain text, so nothing is held long and an answer that
-//! never sends a newline still shows as it comes. The output depends only on the text,
-//! never on how it was cut into chunks (a property test).
+//! never sends a newline still shows as it comes. What is shown (each character and its
+//! style) depends only on the text, never on how it was cut into chunks (a property test).
 //!
 //! The text given is already `printable` (no escape of its own), so every escape out is
 //! one of ours, and each line ends with the attributes reset.
@@ -223,7 +223,9 @@ pub struct Markdown {
 }
 
 impl Markdown {
-    /// Takes the next piece of text; returns what can be shown of it now.
+    /// Takes the next piece of text; returns what can be shown of it now, ending with the
+    /// attributes reset: whatever is written between chunks (a Ctrl-C notice, the shell
+    /// after an exit) is never drawn in the answer's bold or colour.
     pub fn push(&mut self, text: &str) -> String {
         let mut out = String::new();
         let mut lines = text.split('\n');
@@ -237,6 +239,7 @@ impl Markdown {
             self.pending.push_str(line);
             self.advance(false, &mut out);
         }
+        self.out(&mut out).plain();
         out
     }
 

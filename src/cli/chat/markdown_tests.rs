@@ -18,6 +18,21 @@ fn render(chunks: &[&str]) -> String {
     out
 }
 
+/// Each character shown with the SGR parameters in force for it (ours set them whole).
+fn decode(text: &str) -> Vec<(char, String)> {
+    let mut shown = Vec::new();
+    let mut style = String::from("0");
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            style = chars.by_ref().skip(1).take_while(|&c| c != 'm').collect();
+        } else {
+            shown.push((c, style.clone()));
+        }
+    }
+    shown
+}
+
 /// `text` without the SGR sequences.
 fn strip(text: &str) -> String {
     let mut out = String::new();
@@ -40,7 +55,7 @@ fn strip(text: &str) -> String {
 #[test]
 fn a_heading_is_bold_and_its_markers_are_gone() {
     assert_eq!(
-        render(&["# Ti", "tle\n### Sub\n"]),
+        render(&["# Title\n### Sub\n"]),
         format!("\x1b[0;1;4mTitle{RESET}\n{BOLD}Sub{RESET}\n")
     );
     assert_eq!(render(&["#hashtag and #### x"]), "#hashtag and #### x");
@@ -114,6 +129,13 @@ fn text_shows_as_it_comes_without_waiting_for_the_line_end() {
     assert_eq!(md.push("ld **bo"), "ld ");
     assert_eq!(md.push("ld** then"), format!("{BOLD}bold{RESET} then"));
     assert!(md.pending.is_empty(), "{:?}", md.pending);
+    assert_eq!(
+        md.push("*it"),
+        "",
+        "held back, and nothing left styled between chunks"
+    );
+    assert_eq!(md.push("* `x"), format!("{ITALIC}it{RESET} "));
+    assert_eq!(md.finish(), "`x");
 }
 
 #[test]
@@ -169,6 +191,12 @@ fn markdownish() -> impl Strategy<Value = String> {
     prop::collection::vec(piece, 0..40).prop_map(|p| p.concat())
 }
 
+/// Whether the last escape in `text`, if any, is the reset.
+fn ends_plain(text: &str) -> bool {
+    let last = text.rfind('\x1b').map(|at| &text[at..]);
+    last.is_none_or(|l| l.starts_with(RESET))
+}
+
 /// Characters no markup rule removes, adds or replaces.
 fn kept(text: &str) -> String {
     text.chars()
@@ -192,7 +220,12 @@ proptest! {
             from = to;
         }
         let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
-        prop_assert_eq!(render(&chunks), render(&[&text]));
+        prop_assert_eq!(decode(&render(&chunks)), decode(&render(&[&text])));
+        let mut md = Markdown::default();
+        for chunk in &chunks {
+            let shown = md.push(chunk);
+            prop_assert!(ends_plain(&shown), "{:?} left styled: {:?}", chunk, shown);
+        }
     }
 
     #[test]
@@ -202,10 +235,8 @@ proptest! {
         prop_assert_eq!(kept(&plain), kept(&text));
         prop_assert_eq!(plain.matches('\n').count(), text.matches('\n').count());
         prop_assert!(!plain.contains('\x1b'));
-        // The last escape of every line is the reset.
         for line in shown.split('\n') {
-            let last = line.rfind('\x1b').map(|at| &line[at..]);
-            prop_assert!(last.is_none_or(|l| l.starts_with(RESET)), "{:?}", line);
+            prop_assert!(ends_plain(line), "{:?}", line);
         }
     }
 
