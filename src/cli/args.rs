@@ -393,7 +393,7 @@ pub enum SessionsCommand {
         #[arg(long, requires = "output")]
         force: bool,
     },
-    /// Copy a session through one of its events into a new session (README: "Edit, fork and versions") and print
+    /// Copy a session through one of its events into a new session (README: "Edit, branch and versions") and print
     /// the new session's id; through the running server when one holds the database
     Fork {
         /// The session id

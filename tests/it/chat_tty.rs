@@ -1,7 +1,7 @@
 //! `brain chat` in a real terminal (tmux, issue 34): arrow keys edit the line instead of
 //! landing in the message, a pasted indented block is one message with its bytes, the
-//! history file is the user's only, no log record is printed over the prompt, and a chat
-//! left at once leaves no empty session.
+//! history file is the user's only, no log record is printed over the prompt, a chat
+//! left at once leaves no empty session, and answers are styled markdown on a terminal only.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -84,6 +84,15 @@ impl Tmux {
     fn pane(&self) -> String {
         let out = self
             .cmd(&["capture-pane", "-p", "-t", "t"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane with its attributes, as SGR escapes.
+    fn styled_pane(&self) -> String {
+        let out = self
+            .cmd(&["capture-pane", "-e", "-p", "-t", "t"])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -227,4 +236,116 @@ fn a_chat_left_before_its_first_message_leaves_no_session() {
         }
     }
     assert!(db.open().session_ids().unwrap().is_empty());
+}
+
+/// An answer with a heading, bold, a code span and a fenced block, cut into one chunk per
+/// word by the mock, so markers arrive split.
+const MARKDOWN: &str =
+    "# Plan\n\nSome **bold words** and `a_code` here.\n\n```rust\nlet x = 1;\n```\n";
+
+/// Runs one scripted markdown answer in a tmux pane with `env` before the command; returns
+/// the pane with its escapes once the answer ended.
+fn markdown_answer_in_a_pane(test: &str, env: &str) -> Option<String> {
+    let db = TempDb::new();
+    let data = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(&[]);
+    mock.script(serde_json::json!({"text": MARKDOWN}));
+    let command = format!("env {env} {}", chat_command(&db, data.path(), &mock.url));
+    let tty = Tmux::start(test, data.path(), &command)?;
+    tty.until("you ›", 1);
+    tty.keys(&["show me", "Enter"]);
+    tty.until("let x = 1;", 1);
+    tty.until("you ›", 2);
+    let pane = tty.styled_pane();
+    tty.keys(&["C-d"]);
+    wait_for("the chat leaves on Ctrl-D", PANE_WAIT, || !tty.running());
+    Some(pane)
+}
+
+/// The SGR parameters of the escapes right before the first `text` in `pane` (tmux writes
+/// only what changed since the character before, one escape or several).
+fn sgr_before(pane: &str, text: &str) -> Vec<u32> {
+    let at = pane
+        .find(text)
+        .unwrap_or_else(|| panic!("no {text:?} in {pane:?}"));
+    sgr_at(pane, at)
+}
+
+/// The SGR parameters of the escapes right before byte `at` of `pane`.
+fn sgr_at(pane: &str, at: usize) -> Vec<u32> {
+    let mut codes = Vec::new();
+    let mut before = &pane[..at];
+    while before.ends_with('m') {
+        let Some(esc) = before.rfind("\x1b[") else {
+            break;
+        };
+        let params = &before[esc + 2..before.len() - 1];
+        let Ok(mut these) = params
+            .split(';')
+            .map(str::parse)
+            .collect::<Result<Vec<u32>, _>>()
+        else {
+            break;
+        };
+        these.append(&mut codes);
+        codes = these;
+        before = &before[..esc];
+    }
+    codes
+}
+
+/// Issue 34 (4): answers were raw markdown on a terminal.
+#[test]
+fn a_markdown_answer_is_styled_in_a_terminal_without_its_markers() {
+    let test = "chat_tty::a_markdown_answer_is_styled_in_a_terminal_without_its_markers";
+    let Some(pane) = markdown_answer_in_a_pane(test, "-u NO_COLOR") else {
+        return;
+    };
+    // Bold 1, dim 2, underline 4, cyan 36.
+    let has = |text: &str, want: &[u32]| {
+        let codes = sgr_before(&pane, text);
+        assert!(
+            want.iter().all(|w| codes.contains(w)),
+            "{text:?} has {codes:?}, not {want:?}: {pane:?}"
+        );
+    };
+    has("Plan", &[1, 4]);
+    has("bold words", &[1]);
+    has("a_code", &[36]);
+    has("```rust", &[2]);
+    has("let x = 1;", &[36]);
+    for marker in ["# Plan", "**", "`a_code`"] {
+        assert!(!pane.contains(marker), "{marker:?} shown: {pane:?}");
+    }
+    // The prompt after the answer is drawn with no attribute left over (resets only).
+    let codes = sgr_at(&pane, pane.rfind("you ›").unwrap());
+    assert!(codes.iter().all(|c| [0, 39, 49].contains(c)), "{codes:?}");
+}
+
+/// https://no-color.org: `NO_COLOR` set keeps the answer as it was sent, on a terminal too.
+#[test]
+fn no_color_keeps_the_markdown_as_sent_in_a_terminal() {
+    let test = "chat_tty::no_color_keeps_the_markdown_as_sent_in_a_terminal";
+    let Some(pane) = markdown_answer_in_a_pane(test, "NO_COLOR=1") else {
+        return;
+    };
+    assert!(!pane.contains('\x1b'), "{pane:?}");
+    assert!(
+        pane.contains("assistant: # Plan") && pane.contains("Some **bold words** and `a_code`"),
+        "{pane}"
+    );
+}
+
+/// Through a pipe the answer is the bytes the model sent, as before styling existed.
+#[test]
+fn a_piped_chat_prints_the_markdown_byte_for_byte() {
+    let db = TempDb::new();
+    let mock = MockLlm::start(&[]);
+    mock.script(serde_json::json!({"text": MARKDOWN}));
+    let out = run_brain_on(&db, &["chat", "--provider-url", &mock.url], b"show me\n");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let answer = format!("]\nassistant: {MARKDOWN}\n\n");
+    assert!(text.ends_with(&answer), "{text:?}");
+    assert!(!text.contains('\x1b'), "{text:?}");
 }

@@ -12,6 +12,7 @@ mod compaction;
 mod conformance;
 mod consent;
 mod crash;
+mod docs;
 mod edges;
 mod edges_limits;
 mod edit_api;

@@ -17,11 +17,13 @@ use crate::chat::consent::Answer;
 
 mod backend;
 mod input;
+mod markdown;
 
 use crate::session::{SessionId, SyncMode};
 pub(crate) use backend::Backend;
 use backend::backend;
 use input::{Input, Read};
+use markdown::Shown;
 
 /// Transcript items shown when a session is resumed.
 const RESUME_ITEMS: usize = 20;
@@ -35,7 +37,13 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let backend = backend(db, sync, &args)?;
-    let id = open_session(backend.as_ref(), args.session.as_deref(), out)?;
+    // Answers are styled markdown on a terminal; through a pipe they are the bytes sent.
+    let styled = markdown::wanted(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::env::var_os("TERM").as_deref(),
+    );
+    let id = open_session(backend.as_ref(), args.session.as_deref(), styled, out)?;
     banner(backend.as_ref(), id, out)?;
     out.flush()?;
     let active = Arc::new(AtomicBool::new(false));
@@ -88,6 +96,7 @@ pub fn run(
                     id,
                     lines: &lines,
                     terminal,
+                    styled,
                     active: &active,
                     stopped: &stopped,
                 };
@@ -128,6 +137,7 @@ struct Turn<'a> {
     id: SessionId,
     lines: &'a Input,
     terminal: bool,
+    styled: bool,
     /// Set while an answer runs: Ctrl-C then stops it instead of leaving.
     active: &'a AtomicBool,
     stopped: &'a AtomicBool,
@@ -154,7 +164,7 @@ impl Turn<'_> {
             editor: self.lines.is_editor(),
             stopped: self.stopped,
         };
-        let shown = show_frames(frames, out, &mut consent);
+        let shown = show_frames(frames, out, &mut consent, Shown::new(self.styled));
         self.active.store(false, Ordering::SeqCst);
         shown
     }
@@ -199,13 +209,14 @@ fn session_for(
 fn open_session(
     backend: &dyn Backend,
     session: Option<&str>,
+    styled: bool,
     out: &mut dyn Write,
 ) -> Result<Option<SessionId>, CliError> {
     Ok(match session {
         Some(s) => {
             let id: SessionId = s.parse()?;
             for item in backend.history(id)? {
-                show_item(&item, out)?;
+                show_item(&item, &mut Shown::new(styled), out)?;
             }
             Some(id)
         }
@@ -415,12 +426,18 @@ fn show_frames(
     frames: Frames,
     out: &mut dyn Write,
     consent: &mut Consent<'_>,
+    mut answer: Shown,
 ) -> Result<(), CliError> {
     let mut thinking = false;
     let mut after_call = false;
     write!(out, "assistant: ")?;
     for f in frames {
-        match f["type"].as_str().unwrap_or_default() {
+        let kind = f["type"].as_str().unwrap_or_default();
+        // What the styling held back goes before anything that is not the answer's text.
+        if kind != "chunk" {
+            write!(out, "{}", answer.finish())?;
+        }
+        match kind {
             "tool_call" => write!(
                 out,
                 "\n[tool {} {}] ",
@@ -458,7 +475,7 @@ fn show_frames(
                 if std::mem::take(&mut after_call) && !text.starts_with('\n') {
                     writeln!(out)?;
                 }
-                write!(out, "{}", printable(text))?
+                write!(out, "{}", answer.text(text))?
             }
             "error" => write!(
                 out,
@@ -490,14 +507,15 @@ fn show_frames(
     Ok(())
 }
 
-fn show_item(item: &Value, out: &mut dyn Write) -> Result<(), CliError> {
+fn show_item(item: &Value, answer: &mut Shown, out: &mut dyn Write) -> Result<(), CliError> {
     let field = |name: &str| printable(item[name].as_str().unwrap_or_default()).into_owned();
     let text = field("text");
+    let mut answer_text = || answer.whole(item["text"].as_str().unwrap_or_default());
     match item["kind"].as_str().unwrap_or_default() {
         "user" => writeln!(out, "{PROMPT}{text}")?,
-        "assistant" => writeln!(out, "assistant: {text}\n")?,
-        "interrupted" => writeln!(out, "assistant (interrupted): {text}\n")?,
-        "streaming" => writeln!(out, "assistant (still answering): {text}\n")?,
+        "assistant" => writeln!(out, "assistant: {}\n", answer_text())?,
+        "interrupted" => writeln!(out, "assistant (interrupted): {}\n", answer_text())?,
+        "streaming" => writeln!(out, "assistant (still answering): {}\n", answer_text())?,
         "error" => writeln!(out, "[failed: {}]\n", field("code"))?,
         "compaction" => writeln!(out, "[compacted: {}]", field("summary"))?,
         "title" => writeln!(out, "[renamed to {:?}]", field("title"))?,
