@@ -81,6 +81,7 @@ pub fn run(
             limit,
             offset,
             recent,
+            stem,
             json,
         } => {
             let q = SearchQuery {
@@ -93,6 +94,7 @@ pub fn run(
                 } else {
                     SearchOrder::Relevance
                 },
+                stem,
             };
             search(store, &q, json, out)
         }
@@ -198,6 +200,14 @@ fn search(
             printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;
+        for copy in &h.also_in {
+            writeln!(
+                out,
+                "    also in {}  {}",
+                copy.session_id,
+                printable(copy.title.as_deref().unwrap_or("(untitled)"))
+            )?;
+        }
     }
     if hits.is_empty() {
         writeln!(out, "no matches")?;
@@ -205,13 +215,14 @@ fn search(
     Ok(())
 }
 
-/// The snippet on one line with its highlights shown: bold on a terminal, `**…**` in a
-/// pipe.
-fn marked_snippet(h: &SearchHit, bold: bool) -> String {
-    let (open, close) = if bold {
-        ("\x1b[1m", "\x1b[0m")
+/// The snippet on one line with its highlights shown: bold and reverse video on a
+/// terminal; in a pipe `⟦…⟧`, which markdown gives no meaning (`**…**` read as the
+/// text's own bold).
+pub fn marked_snippet(h: &SearchHit, terminal: bool) -> String {
+    let (open, close) = if terminal {
+        ("\x1b[1;7m", "\x1b[0m")
     } else {
-        ("**", "**")
+        ("⟦", "⟧")
     };
     let mut out = String::new();
     for (i, c) in h.snippet.chars().enumerate() {
