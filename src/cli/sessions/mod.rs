@@ -218,7 +218,7 @@ fn search(
 /// The snippet on one line with its highlights shown: bold and reverse video on a
 /// terminal; in a pipe `⟦…⟧`, which markdown gives no meaning (`**…**` read as the
 /// text's own bold).
-pub fn marked_snippet(h: &SearchHit, terminal: bool) -> String {
+fn marked_snippet(h: &SearchHit, terminal: bool) -> String {
     let (open, close) = if terminal {
         ("\x1b[1;7m", "\x1b[0m")
     } else {
@@ -340,4 +340,29 @@ fn print_compaction(id: SessionId, r: &CompactReport, out: &mut dyn Write) -> Re
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn highlights_are_terminal_attributes_or_brackets_never_markdown() {
+        let hit = SearchHit {
+            session_id: SessionId::generate(),
+            title: None,
+            seq: 2,
+            kind: "user_message".into(),
+            snippet: "a C++ book\nand more".into(),
+            highlights: vec![[2, 5]],
+            created_at: String::new(),
+            abandoned: false,
+            also_in: vec![],
+        };
+        assert_eq!(
+            marked_snippet(&hit, true),
+            "a \x1b[1;7mC++\x1b[0m book and more"
+        );
+        assert_eq!(marked_snippet(&hit, false), "a ⟦C++⟧ book and more");
+    }
 }
