@@ -55,6 +55,21 @@ function hitLink(h) {
   return a;
 }
 
+// A hit, then the forks holding a copy of the same event (the API's `also_in`: one hit
+// per event, not one per fork), each a link to that fork's copy.
+function hitItem(h) {
+  const a = hitLink(h);
+  if (!h.also_in || !h.also_in.length) return [a];
+  const also = el('div', 'hit-also', h.also_in.length === 1 ? 'also in ' : 'also in ' + h.also_in.length + ' forks: ');
+  h.also_in.forEach((c, i) => {
+    const link = el('a', null, c.title || 'Untitled');
+    link.href = '/sessions/' + c.session_id + '#seq-' + h.seq;
+    link.addEventListener('click', (e) => { e.preventDefault(); openSession(c.session_id, true, h.seq).catch((x) => setStatus(x.message)); });
+    also.append(i ? ', ' : '', link);
+  });
+  return [a, also];
+}
+
 // Hits grouped by session, in the order of each session's best hit.
 function renderHits(box, hits) {
   const groups = new Map();
@@ -67,11 +82,11 @@ function renderHits(box, hits) {
     const head = el('div', 'hit-head');
     head.append(el('span', 't', list[0].title || 'Untitled'), el('span', 'when', dayLabel(list[0].created_at)));
     g.append(head);
-    list.slice(0, BEST).forEach((h) => g.append(hitLink(h)));
+    list.slice(0, BEST).forEach((h) => g.append(...hitItem(h)));
     if (list.length > BEST) {
       const more = el('button', 'hit-more', (list.length - BEST) + ' more in this session');
       more.type = 'button';
-      more.addEventListener('click', () => { more.replaceWith(...list.slice(BEST).map(hitLink)); });
+      more.addEventListener('click', () => { more.replaceWith(...list.slice(BEST).flatMap(hitItem)); });
       g.append(more);
     }
     box.append(g);

@@ -107,6 +107,7 @@ pub fn run(a: &[String]) -> Res<()> {
                 limit: 20,
                 offset: 0,
                 order,
+                stem: false,
             };
             let hits = store.search(&q)?.len();
             let t = timed(|| Ok(store.search(&q)?))?;

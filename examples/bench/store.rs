@@ -301,6 +301,7 @@ fn bench_search(corpus: usize) -> Result<(), Box<dyn std::error::Error>> {
             limit: 20,
             offset: 0,
             order: SearchOrder::Relevance,
+            stem: false,
         };
         let recent = SearchQuery {
             order: SearchOrder::Recent,

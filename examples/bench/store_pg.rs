@@ -219,6 +219,7 @@ fn reads(admin_url: &str, corpus: usize) -> Res<()> {
                 limit: 20,
                 offset: 0,
                 order,
+                stem: false,
             };
             let hits = (lite.store.search(&q)?.len(), pg.store.search(&q)?.len());
             let times = side(&lite, &pg, |l| {

@@ -484,12 +484,18 @@ fn search(api: &Api, params: &HashMap<String, String>) -> Result<Answer, ApiErro
         Some("recent") => SearchOrder::Recent,
         Some(_) => return Err(ApiError::bad_request("`order` must be relevance or recent")),
     };
+    let stem = match params.get("stem").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad_request("`stem` must be true or false")),
+    };
     let hits = api.engine.store().search(&SearchQuery {
         text: q.to_owned(),
         syntax,
         limit: number(params, "limit", 20, 1, 100)? as u32,
         offset: number(params, "offset", 0, 0, 100_000)? as u32,
         order,
+        stem,
     })?;
     let hits: Vec<Value> = hits.iter().map(views::hit).collect();
     Ok(http::json(200, &json!({"hits": hits})))

@@ -40,6 +40,9 @@ pub fn hit(h: &SearchHit) -> Value {
         "highlights": h.highlights,
         "created_at": h.created_at,
         "abandoned": h.abandoned,
+        "also_in": h.also_in.iter().map(|c| json!({
+            "session_id": c.session_id.to_string(), "title": c.title, "abandoned": c.abandoned,
+        })).collect::<Vec<_>>(),
     })
 }
 

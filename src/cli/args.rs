@@ -435,6 +435,9 @@ pub enum SessionsCommand {
         /// Newest first over every match, instead of best first among the newest matches
         #[arg(long)]
         recent: bool,
+        /// Match words by their stem: `hostel` finds "hostels"
+        #[arg(long)]
+        stem: bool,
         /// JSON instead of text
         #[arg(long)]
         json: bool,

@@ -3,6 +3,7 @@
 //! - [`events`]: event kinds and payloads (pure types).
 //! - [`cursor`]: the session list's keyset cursor and archived filter (pure).
 //! - [`search`]: plain-text queries and highlighted snippets (pure).
+//! - [`search_display`]: what a hit shows: markdown stripped, forks grouped (pure).
 //! - [`store`]: the event log on SQLite or PostgreSQL (where brain's SQL is issued).
 //!
 //! **Architecture invariant:** nothing in `session` knows about HTTP or providers.
@@ -12,6 +13,7 @@ pub mod cursor;
 pub mod events;
 pub mod projection;
 pub mod search;
+pub mod search_display;
 pub mod store;
 #[cfg(test)]
 pub(crate) mod testlog;

@@ -25,6 +25,85 @@ pub fn plain_to_fts(text: &str) -> Option<String> {
     (!terms.is_empty()).then(|| terms.join(" "))
 }
 
+/// Characters that end or open a sentence around a word; trimmed before deciding
+/// whether a word is a [literal](literal_words).
+const SENTENCE_MARKS: &[char] = &[
+    '.', ',', ';', ':', '!', '?', '"', '\'', '(', ')', '[', ']', '{', '}',
+];
+
+/// The query's words that must match verbatim (lower-cased): those with a symbol at an
+/// edge once sentence punctuation is trimmed (`C++`, `C#`, `#42`, `@alice`, `50%`), or a
+/// dot before a letter (`.NET`, `.env`). The index keeps only letters and digits, so
+/// `C++` alone is the term `c` and found every "c"; the stores require a literal as text
+/// too. A symbol inside a word (`node.js`, `e-mail`, `a-b`, `don't`) stays a phrase of
+/// its parts: `node.js` finds "node js" and "Node.JS". A word of symbols alone (`++`) has
+/// no term and is ignored, as before.
+pub fn literal_words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in words(text) {
+        let core = word
+            .trim_end_matches(SENTENCE_MARKS)
+            .trim_start_matches(['"', '\'', '(', '[', '{']);
+        let chars: Vec<char> = core.chars().collect();
+        let symbol = |c: &char| !c.is_alphanumeric() && !SENTENCE_MARKS.contains(c);
+        let (Some(first), Some(last)) = (chars.first(), chars.last()) else {
+            continue;
+        };
+        let dotted = *first == '.' && chars.get(1).is_some_and(|c| c.is_alphanumeric());
+        let literal =
+            chars.iter().any(|c| c.is_alphanumeric()) && (symbol(first) || symbol(last) || dotted);
+        let lower = core.to_lowercase();
+        if literal && !out.contains(&lower) {
+            out.push(lower);
+        }
+    }
+    out
+}
+
+/// The lower-cased letter-and-digit runs of the query's words that are not
+/// [literals](literal_words): the terms a highlight may cover on its own.
+pub fn query_tokens(text: &str) -> Vec<String> {
+    let literals = literal_words(text);
+    words(text)
+        .filter(|w| {
+            !literals
+                .iter()
+                .any(|l| w.to_lowercase().contains(l.as_str()))
+        })
+        .flat_map(|w| {
+            alnum_runs(&w.to_lowercase())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The runs of letters and digits in `text`.
+pub fn alnum_runs(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+}
+
+/// A plain query's words: split at whitespace and control characters.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+}
+
+/// The SQL `LIKE` pattern that finds `literal` anywhere in a text, `\` escaping
+/// `%`, `_` and itself (both stores read it with `\` as the escape).
+pub fn like_pattern(literal: &str) -> String {
+    let mut out = String::from("%");
+    for c in literal.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}
+
 /// The opening and closing highlight markers for one query. Private-use characters
 /// around a random nonce: not something text contains by accident, and not guessable.
 pub fn markers(nonce: &str) -> (String, String) {

@@ -111,6 +111,7 @@ pub fn search_history(store: Option<&Store>, args: &Value) -> ToolOutcome {
         limit,
         offset: 0,
         order: Default::default(),
+        stem: false,
     }) {
         Ok(hits) => ToolOutcome::ok(render_hits(&query, &hits)),
         Err(e) => {
@@ -161,6 +162,7 @@ mod tests {
             highlights: vec![],
             created_at: "2025-03-04T05:06:07.000Z".into(),
             abandoned: false,
+            also_in: vec![],
         };
         let text = render_hits("borrow", &[hit]);
         assert!(

@@ -13,6 +13,8 @@ const STATES = '01930000-0000-7000-8000-0000000000c3';
 const RETRY = '01930000-0000-7000-8000-0000000000c4';
 const TITLED = '01930000-0000-7000-8000-0000000000c5';
 const GROWING = '01930000-0000-7000-8000-0000000000c6';
+const HOSTEL = '01930000-0000-7000-8000-0000000000c7';
+const HOSTEL_FORK = '01930000-0000-7000-8000-0000000000c8';
 
 const start = Date.UTC(2026, 10, 30, 10, 0, 0);
 const at = (i) => new Date(start + i * 1000).toISOString().replace('Z', '000Z');
@@ -68,7 +70,19 @@ function seed() {
     growing.push(['user_message', { text: 'old question ' + n }]);
     growing.push(['assistant_turn', answer(seq, 'old reply ' + n + ' with some words to give the item height')]);
   }
-  return [...session(LONG, long), ...session(CODE, code), ...session(STATES, states), ...session(RETRY, retry), ...session(TITLED, titled), ...session(GROWING, growing)];
+  // A session in markdown and its fork through the answer: the fork's copies keep the
+  // seqs and times, and its own question follows.
+  const hostel = [
+    ['session_started', { title: 'Hostel plans', system: 's' }],
+    ['user_message', { text: '## Trip\n- **Hostels** in `Porto`?' }],
+    ['assistant_turn', answer(2, 'Book the **cheapest** [hostels](https://example.com/hostels) early')],
+  ];
+  const fork = [
+    ['session_started', { title: 'Hostel plans (fork)', system: 's', forked_from: { session_id: HOSTEL, seq: 3 } }],
+    ...hostel.slice(1),
+    ['user_message', { text: 'more hostels for the fork' }],
+  ];
+  return [...session(HOSTEL, hostel), ...session(HOSTEL_FORK, fork), ...session(LONG, long), ...session(CODE, code), ...session(STATES, states), ...session(RETRY, retry), ...session(TITLED, titled), ...session(GROWING, growing)];
 }
 
 const h = harness({ seed: seed() });
@@ -259,6 +273,26 @@ test('search results are grouped by session with the kind in words', async () =>
   assert.match(await more.innerText(), /^\d+ more in this session$/);
   await more.click();
   assert.ok(await group.locator('.hit').count() > 3);
+  await p.context().close();
+});
+
+test('search snippets show no markdown and a fork\'s copies are one hit', async () => {
+  const p = await watched();
+  await p.goto(h.base + '/');
+  await p.fill('#search', 'hostels');
+  await p.waitForSelector('#search-results .hit-also');
+  const all = await p.locator('#search-results').innerText();
+  assert.doesNotMatch(all, /\*\*|`|##|\]\(/, all);
+  assert.match(all, /Hostels in Porto\?/);
+  assert.match(await p.locator('#search-results mark').first().innerText(), /^hostels$/i);
+  // The source's two hits each list the fork; the fork shows only its own message.
+  const also = p.locator('#search-results .hit-also');
+  assert.equal(await also.count(), 2);
+  assert.match(await also.first().innerText(), /^also in Hostel plans \(fork\)$/);
+  const forkHits = await p.locator(`#search-results a.hit[href^="/sessions/${HOSTEL_FORK}"]`).evaluateAll((as) => as.map((a) => a.getAttribute('href')));
+  assert.deepEqual(forkHits, [`/sessions/${HOSTEL_FORK}#seq-4`]);
+  await also.first().locator('a').click();
+  await p.waitForURL(new RegExp(HOSTEL_FORK));
   await p.context().close();
 });
 

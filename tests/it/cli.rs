@@ -131,7 +131,7 @@ fn list_show_and_search_from_the_terminal() {
     );
 
     let hits = stdout_ok(&brain(&db, &["sessions", "search", "heron"]));
-    assert!(hits.contains("**heron**"), "{hits}");
+    assert!(hits.contains("⟦heron⟧"), "{hits}");
     // The kind in words, never the internal event kind.
     assert!(
         hits.contains(" message ") && !hits.contains("user_message"),

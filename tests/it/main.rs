@@ -34,6 +34,7 @@ mod purge;
 mod real_llm;
 mod release;
 mod search;
+mod search_shown;
 mod search_size;
 mod server;
 mod store;

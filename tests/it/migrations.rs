@@ -287,10 +287,14 @@ fn a_question_an_older_server_writes_during_the_v16_migration_is_filed() {
     let turn = store.append(id, &crate::support::user("q")).unwrap().seq;
     drop(store);
     let connect = || postgres::Client::connect(&pg.url, postgres::NoTls).unwrap();
-    // Back to V15, as an older server left it (V17 after V16 makes its index again).
+    // Back to V15, as an older server left it (V17 after V16 makes its index again, V18
+    // its stemmed search column).
     connect()
         .batch_execute(
-            "DROP TRIGGER questions_to_check_insert ON session_events;
+            "DROP INDEX session_search_stem;
+             ALTER TABLE session_events DROP COLUMN search_stem;
+             DROP TEXT SEARCH CONFIGURATION brain_stem; DROP TEXT SEARCH DICTIONARY brain_stem;
+             DROP TRIGGER questions_to_check_insert ON session_events;
              DROP TRIGGER questions_to_check_delete ON session_events;
              DROP TABLE questions_to_check;
              DROP FUNCTION questions_to_check_insert(); DROP FUNCTION questions_to_check_delete();

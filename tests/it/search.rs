@@ -18,6 +18,7 @@ fn plain(text: &str) -> SearchQuery {
         limit: 20,
         offset: 0,
         order: SearchOrder::Relevance,
+        stem: false,
     }
 }
 

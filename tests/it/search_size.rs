@@ -112,38 +112,50 @@ fn sessions_fresh(store: &Store) -> Vec<SessionId> {
         .collect()
 }
 
-/// Every indexed event's seq (one session's worth; both sessions hold the same log).
+/// Every indexed event's seq (one session's worth; both sessions hold the same log). The
+/// stemmed index (V18) holds the same rows as the plain one.
 fn indexed_seqs(db: &TempDb, id: SessionId) -> Vec<u64> {
     let conn = db.raw();
-    let mut stmt = conn
-        .prepare(
-            "SELECT e.seq FROM session_search_docsize d JOIN session_events e ON e.id = d.id
-             WHERE e.session_n = (SELECT n FROM sessions WHERE id = ?1) ORDER BY e.seq",
-        )
-        .unwrap();
-    stmt.query_map([id.to_string()], |r| r.get(0))
+    let seqs = |table: &str| -> Vec<u64> {
+        conn.prepare(&format!(
+            "SELECT e.seq FROM {table}_docsize d JOIN session_events e ON e.id = d.id
+             WHERE e.session_n = (SELECT n FROM sessions WHERE id = ?1) ORDER BY e.seq"
+        ))
+        .unwrap()
+        .query_map([id.to_string()], |r| r.get(0))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+    };
+    let plain = seqs("session_search");
+    assert_eq!(seqs("session_search_stem"), plain, "the stemmed index");
+    plain
 }
 
 /// FTS5's own check of its index (rank 0: not against the content table, which by design
 /// holds rows the index left out).
 fn integrity(db: &TempDb) {
-    db.raw()
-        .execute(
-            "INSERT INTO session_search (session_search, rank) VALUES ('integrity-check', 0)",
-            [],
-        )
-        .unwrap();
+    for table in ["session_search", "session_search_stem"] {
+        db.raw()
+            .execute(
+                &format!("INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', 0)"),
+                [],
+            )
+            .unwrap();
+    }
 }
 
 fn hits(store: &Store, text: &str, order: SearchOrder) -> Vec<(u64, String)> {
+    hits_by(store, text, order, false)
+}
+
+fn hits_by(store: &Store, text: &str, order: SearchOrder, stem: bool) -> Vec<(u64, String)> {
     let mut h: Vec<(u64, String)> = store
         .search(&SearchQuery {
             text: text.into(),
             limit: 100,
             order,
+            stem,
             ..SearchQuery::default()
         })
         .unwrap()
@@ -180,6 +192,9 @@ fn assert_answers(db: &TempDb, store: &Store, ids: &[SessionId]) {
         assert_eq!(wade, vec![5, 5], "{order:?}");
         let boom: Vec<u64> = hits(store, "boom", order).iter().map(|h| h.0).collect();
         assert_eq!(boom, vec![11, 11], "{order:?}");
+        // Stemmed, `heron` finds what `herons` finds; unstemmed, nothing.
+        assert_eq!(hits_by(store, "heron", order, true), found, "{order:?}");
+        assert!(hits(store, "heron", order).is_empty());
     }
     integrity(db);
 }
@@ -237,12 +252,45 @@ fn deleting_events_in_either_order_keeps_the_index_whole() {
     }
     drop(stmt);
     integrity(&db);
-    let left: i64 = conn
-        .query_row("SELECT count(*) FROM session_search_docsize", [], |r| {
-            r.get(0)
+    assert_eq!(index_rows(&db), (0, 0));
+}
+
+/// Rows in the plain and the stemmed index.
+fn index_rows(db: &TempDb) -> (i64, i64) {
+    let count = |table: &str| -> i64 {
+        db.raw()
+            .query_row(&format!("SELECT count(*) FROM {table}_docsize"), [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    (count("session_search"), count("session_search_stem"))
+}
+
+/// A session deleted through the store and purged leaves no row in either index; the
+/// other session's rows stay, and a stemmed search finds only it.
+#[test]
+fn a_purged_session_leaves_neither_index() {
+    let db = TempDb::new();
+    let store = db.open();
+    store.stop_maintenance();
+    let ids = sessions_fresh(&store);
+    let before = index_rows(&db);
+    assert_eq!(before.0, before.1);
+    store.delete_session(ids[0]).unwrap();
+    store.purge_pending(i64::MAX).unwrap();
+    assert_eq!(index_rows(&db), (before.0 / 2, before.1 / 2));
+    integrity(&db);
+    let found = store
+        .search(&SearchQuery {
+            text: "heron".into(),
+            limit: 100,
+            stem: true,
+            ..SearchQuery::default()
         })
         .unwrap();
-    assert_eq!(left, 0);
+    assert!(!found.is_empty());
+    assert!(found.iter().all(|h| h.session_id == ids[1]), "{found:?}");
 }
 
 /// A new database gets the large pages; a backup of one made with 4 KiB pages gets them

@@ -640,6 +640,11 @@ fn forty_hostile_requests_get_the_specs_codes_and_the_server_stays_healthy() {
             "bad_request",
         ),
         (
+            req("GET /v1/search?q=a&stem=1 HTTP/1.1", ""),
+            400,
+            "bad_request",
+        ),
+        (
             req("GET /v1/usage?session_id=nope HTTP/1.1", ""),
             400,
             "bad_request",

@@ -521,6 +521,7 @@ fn search_leaves_out_checkpoints_of_completed_answers() {
                 limit: 20,
                 offset: 0,
                 order,
+                stem: false,
             })
             .unwrap();
         let mut found: Vec<(u64, &str)> = hits.iter().map(|h| (h.seq, h.kind.as_str())).collect();
@@ -619,6 +620,7 @@ fn checkpoints_of_a_completed_answer_do_not_fill_the_rank_window() {
             limit: 20,
             offset: 0,
             order: SearchOrder::Relevance,
+            stem: false,
         })
         .unwrap();
     assert_eq!(

@@ -221,6 +221,7 @@ fn export_then_import_gives_the_same_transcripts_contexts_and_search_results() {
             limit: 50,
             offset: 0,
             order: Default::default(),
+            stem: false,
         };
         assert_eq!(
             store.search(&query).unwrap(),

@@ -81,6 +81,7 @@ pub fn run(
             limit,
             offset,
             recent,
+            stem,
             json,
         } => {
             let q = SearchQuery {
@@ -93,6 +94,7 @@ pub fn run(
                 } else {
                     SearchOrder::Relevance
                 },
+                stem,
             };
             search(store, &q, json, out)
         }
@@ -198,6 +200,14 @@ fn search(
             printable(h.title.as_deref().unwrap_or("(untitled)")),
             marked_snippet(h, bold)
         )?;
+        for copy in &h.also_in {
+            writeln!(
+                out,
+                "    also in {}  {}",
+                copy.session_id,
+                printable(copy.title.as_deref().unwrap_or("(untitled)"))
+            )?;
+        }
     }
     if hits.is_empty() {
         writeln!(out, "no matches")?;
@@ -205,13 +215,14 @@ fn search(
     Ok(())
 }
 
-/// The snippet on one line with its highlights shown: bold on a terminal, `**…**` in a
-/// pipe.
-fn marked_snippet(h: &SearchHit, bold: bool) -> String {
-    let (open, close) = if bold {
-        ("\x1b[1m", "\x1b[0m")
+/// The snippet on one line with its highlights shown: bold and reverse video on a
+/// terminal; in a pipe `⟦…⟧`, which markdown gives no meaning (`**…**` read as the
+/// text's own bold).
+fn marked_snippet(h: &SearchHit, terminal: bool) -> String {
+    let (open, close) = if terminal {
+        ("\x1b[1;7m", "\x1b[0m")
     } else {
-        ("**", "**")
+        ("⟦", "⟧")
     };
     let mut out = String::new();
     for (i, c) in h.snippet.chars().enumerate() {
@@ -329,4 +340,29 @@ fn print_compaction(id: SessionId, r: &CompactReport, out: &mut dyn Write) -> Re
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn highlights_are_terminal_attributes_or_brackets_never_markdown() {
+        let hit = SearchHit {
+            session_id: SessionId::generate(),
+            title: None,
+            seq: 2,
+            kind: "user_message".into(),
+            snippet: "a C++ book\nand more".into(),
+            highlights: vec![[2, 5]],
+            created_at: String::new(),
+            abandoned: false,
+            also_in: vec![],
+        };
+        assert_eq!(
+            marked_snippet(&hit, true),
+            "a \x1b[1;7mC++\x1b[0m book and more"
+        );
+        assert_eq!(marked_snippet(&hit, false), "a ⟦C++⟧ book and more");
+    }
 }

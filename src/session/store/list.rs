@@ -101,6 +101,9 @@ pub struct SearchQuery {
     pub limit: u32,
     pub offset: u32,
     pub order: SearchOrder,
+    /// Match words by their stem (`hostel` finds "hostels"): the porter-tokenized index
+    /// on SQLite, the `brain_stem` (Snowball English) column on PostgreSQL.
+    pub stem: bool,
 }
 
 /// One search result.
@@ -117,6 +120,17 @@ pub struct SearchHit {
     pub highlights: Vec<[usize; 2]>,
     pub created_at: String,
     /// The event lies in a branch an edit abandoned (SPEC §14): still found, marked.
+    pub abandoned: bool,
+    /// The other sessions holding a copy of this same event (forks of this hit's session,
+    /// see `search_display`), oldest first; empty for most hits.
+    pub also_in: Vec<HitCopy>,
+}
+
+/// Another session holding a copy of a hit's event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HitCopy {
+    pub session_id: SessionId,
+    pub title: Option<String>,
     pub abandoned: bool,
 }
 

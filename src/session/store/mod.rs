@@ -27,8 +27,8 @@ mod types;
 pub use error::{Result, StoreError, connection_lost, detail};
 pub use ledger::{CallStatus, LedgerEntry, Purpose, UsageReport, UsageTotals};
 pub use list::{
-    ListQuery, RANK_WINDOW, SNIPPET_TOKENS, SearchHit, SearchOrder, SearchQuery, SessionPage,
-    Syntax,
+    HitCopy, ListQuery, RANK_WINDOW, SNIPPET_TOKENS, SearchHit, SearchOrder, SearchQuery,
+    SessionPage, Syntax,
 };
 pub use open::{
     BAD_URL_REFUSED, DbTarget, KEY_VALUE_REFUSED, SERVER_BACKUP_REFUSED, coordinator, db_file,

@@ -18,7 +18,7 @@ use super::list::{ListQuery, SearchHit, SearchQuery, SessionPage};
 pub use super::mark::AttemptMark;
 use super::rules::{self, Rows};
 use crate::clock::Clock;
-use crate::session::events::{Event, Payload, QuestionKey, SessionId, TitledBy};
+use crate::session::events::{Decoded, Event, Payload, QuestionKey, SessionId, TitledBy};
 use crate::session::projection::page::Page;
 use crate::session::store::error::{Result, StoreError};
 use crate::session::store::types::SessionRow;
@@ -350,9 +350,41 @@ impl Store {
         self.backend.list_sessions(q)
     }
 
-    /// Messages, answers, partials, summaries and titles matching a query.
+    /// Messages, answers, partials, summaries and titles matching a query, as a person
+    /// sees them (`search_display`: markdown stripped, a fork's copies grouped).
     pub fn search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
-        self.backend.search(q)
+        use crate::session::search_display::{MAX_FORK_DEPTH, maybe_copies, present};
+        let hits = self.backend.search(q)?;
+        let mut lineage = std::collections::HashMap::new();
+        for mut at in maybe_copies(&hits) {
+            for _ in 0..MAX_FORK_DEPTH {
+                if lineage.contains_key(&at) {
+                    break;
+                }
+                let Some(source) = self.forked_from(at)? else {
+                    break;
+                };
+                lineage.insert(at, source);
+                at = source.0;
+            }
+        }
+        Ok(present(hits, q, &lineage))
+    }
+
+    /// Where a session was forked from: its `session_started`'s `forked_from`, when it
+    /// names a session this store can read.
+    fn forked_from(&self, id: SessionId) -> Result<Option<(SessionId, u64)>> {
+        let first = match self.backend.events(id, 0, Some(1)) {
+            Ok(events) => events.into_iter().next(),
+            Err(StoreError::SessionNotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(match first.as_ref().map(Event::decode) {
+            Some(Decoded::Known(Payload::SessionStarted(s))) => s
+                .forked_from
+                .and_then(|f| Some((f.session_id.parse().ok()?, f.seq))),
+            _ => None,
+        })
     }
 
     /// Deletes a whole session: at once as far as anyone can see (SQLite then purges its

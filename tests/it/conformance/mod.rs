@@ -50,6 +50,7 @@ mod questions;
 mod reads;
 mod schema;
 mod search;
+mod search_display;
 mod transfer;
 mod tree;
 

@@ -35,6 +35,7 @@ use super::snippet::{
 use crate::session::cursor::ArchivedFilter;
 use crate::session::events::SessionId;
 use crate::session::projection::is_abandoned;
+use crate::session::search::{like_pattern, literal_words};
 use crate::session::store::error::{Result, StoreError};
 use crate::session::store::list::{
     ListQuery, RANK_WINDOW, SearchHit, SearchOrder, SearchQuery, SessionPage, Syntax,
@@ -77,27 +78,57 @@ const LIST_FILTERED_MATCHING: &str = list_sql!(
 /// of a term of several tokens (`don't` is `'don' <-> 't'`, as FTS5 reads `"don't"`), the
 /// distinct ones ANDed. Answers the query as tsquery text, the part an index can use (`T`
 /// when none) and its size in nodes.
-const PARSE_PLAIN: &str = "SELECT q::text, querytree(q), numnode(q) FROM (
+macro_rules! parse_plain {
+    ($config:literal) => {
+        concat!(
+            "SELECT q::text, querytree(q), numnode(q) FROM (
          SELECT coalesce(string_agg('(' || p || ')', ' & '), '')::tsquery AS q
-         FROM (SELECT DISTINCT phraseto_tsquery('simple', w)::text AS p
+         FROM (SELECT DISTINCT phraseto_tsquery('",
+            $config,
+            "', w)::text AS p
                FROM unnest($1::text[]) AS w) words
-         WHERE p <> '') parsed";
+         WHERE p <> '') parsed"
+        )
+    };
+}
+const PARSE_PLAIN: &str = parse_plain!("simple");
+/// [`PARSE_PLAIN`] for a stemmed search: each word stemmed by `brain_stem` (V18).
+const PARSE_PLAIN_STEM: &str = parse_plain!("brain_stem");
 /// An FTS query (`$1`) in `websearch_to_tsquery` syntax, answered as [`PARSE_PLAIN`].
 const PARSE_FTS: &str =
     "SELECT q::text, querytree(q), numnode(q) FROM websearch_to_tsquery('simple', $1) AS q";
+/// [`PARSE_FTS`] for a stemmed search.
+const PARSE_FTS_STEM: &str =
+    "SELECT q::text, querytree(q), numnode(q) FROM websearch_to_tsquery('brain_stem', $1) AS q";
 
-/// The matches that can be hits (`$1` the tsquery). A checkpoint of an attempt that went
-/// on to complete is left out, as on SQLite: its answer holds the same text.
+/// The matches that can be hits (`$1` the tsquery, over column `$col`: `search_text`, or
+/// `search_stem` for a stemmed search). A checkpoint of an attempt that went on to
+/// complete is left out, as on SQLite: its answer holds the same text. `$lit` is a text
+/// array of `ILIKE` patterns the text must all match (the query's
+/// [literals](crate::session::search::literal_words)); an empty one matches all.
 macro_rules! candidates {
-    () => {
-        "session_events e
-         WHERE e.search_text @@ $1::text::tsquery
+    ($col:literal, $lit:literal) => {
+        concat!(
+            "session_events e
+         WHERE e.",
+            $col,
+            " @@ $1::text::tsquery
            AND NOT (e.kind = 'pending_state' AND EXISTS (
                SELECT 1 FROM session_events a
                WHERE a.session_id = e.session_id AND a.seq > e.seq
                  AND a.kind = 'assistant_turn'
                  AND brain_field(a.payload, 'turn') = brain_field(e.payload, 'turn')
-                 AND brain_field(a.payload, 'attempt') = brain_field(e.payload, 'attempt')))"
+                 AND brain_field(a.payload, 'attempt') = brain_field(e.payload, 'attempt')))
+           AND (cardinality(",
+            $lit,
+            "::text[]) = 0 OR brain_field(e.payload, CASE e.kind
+                 WHEN 'compaction_applied' THEN 'summary'
+                 WHEN 'session_started' THEN 'title'
+                 WHEN 'session_titled' THEN 'title'
+                 ELSE 'text' END) ILIKE ALL (",
+            $lit,
+            "::text[]))"
+        )
     };
 }
 
@@ -118,27 +149,42 @@ macro_rules! page_rows {
 }
 
 /// Newest first by the event's time (ties by session, then seq, also newest first: the
-/// order SQLite's time keys give), stopped at the page (`$2` limit, `$3` offset). GIN
-/// gives no order: PostgreSQL either sorts the matches (top-N) or walks
+/// order SQLite's time keys give), stopped at the page (`$2` limit, `$3` offset; `$4` the
+/// literals). GIN gives no order: PostgreSQL either sorts the matches (top-N) or walks
 /// `session_events_newest` backwards and stops at the page, whichever it plans cheaper.
-const SEARCH_RECENT: &str = concat!(
-    "WITH page AS (SELECT e.id, e.created_at, e.session_id, e.seq FROM ",
-    candidates!(),
-    " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $2 OFFSET $3) ",
-    page_rows!("page.created_at DESC, page.session_id DESC, page.seq DESC")
-);
+macro_rules! search_recent {
+    ($col:literal) => {
+        concat!(
+            "WITH page AS (SELECT e.id, e.created_at, e.session_id, e.seq FROM ",
+            candidates!($col, "$4"),
+            " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $2 OFFSET $3) ",
+            page_rows!("page.created_at DESC, page.session_id DESC, page.seq DESC")
+        )
+    };
+}
+const SEARCH_RECENT: &str = search_recent!("search_text");
+const SEARCH_RECENT_STEM: &str = search_recent!("search_stem");
 
 /// Best first: the newest `$4` ([`RANK_WINDOW`]) matches are scored (only they: the score
 /// is taken after the window's LIMIT, and reads the tsvector, not the text), sorted by
-/// score, then session and seq for ties as on SQLite, and the page (`$2`, `$3`) read.
-const SEARCH_RELEVANCE: &str = concat!(
-    "WITH newest AS (SELECT e.id, e.session_id, e.seq, e.search_text FROM ",
-    candidates!(),
-    " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $4),
+/// score, then session and seq for ties as on SQLite, and the page (`$2`, `$3`) read;
+/// `$5` the literals.
+macro_rules! search_relevance {
+    ($col:literal) => {
+        concat!(
+            "WITH newest AS (SELECT e.id, e.session_id, e.seq, e.",
+            $col,
+            " AS search_text FROM ",
+            candidates!($col, "$5"),
+            " ORDER BY e.created_at DESC, e.session_id DESC, e.seq DESC LIMIT $4),
      page AS (SELECT id, session_id, seq, ts_rank_cd(search_text, $1::text::tsquery, 1) AS score
               FROM newest ORDER BY score DESC, session_id, seq LIMIT $2 OFFSET $3) ",
-    page_rows!("page.score DESC, page.session_id, page.seq")
-);
+            page_rows!("page.score DESC, page.session_id, page.seq")
+        )
+    };
+}
+const SEARCH_RELEVANCE: &str = search_relevance!("search_text");
+const SEARCH_RELEVANCE_STEM: &str = search_relevance!("search_stem");
 
 /// A plain query's words: split at whitespace, control characters separating words as
 /// in [`crate::session::search::plain_to_fts`] (and PostgreSQL refuses a NUL).
@@ -159,16 +205,18 @@ struct Parsed {
     terms: Vec<Term>,
 }
 
-fn parse(c: &mut impl GenericClient, syntax: Syntax, text: &str) -> Result<Parsed> {
+fn parse(c: &mut impl GenericClient, syntax: Syntax, text: &str, stem: bool) -> Result<Parsed> {
     let (row, terms) = match syntax {
         Syntax::Plain => {
             let terms = capped(plain_terms(&plain_words(text)));
             let phrases: Vec<String> = terms.iter().map(|t| t.join(" ")).collect();
-            (c.query_one(PARSE_PLAIN, &[&phrases])?, terms)
+            let sql = if stem { PARSE_PLAIN_STEM } else { PARSE_PLAIN };
+            (c.query_one(sql, &[&phrases])?, terms)
         }
         Syntax::Fts => {
+            let sql = if stem { PARSE_FTS_STEM } else { PARSE_FTS };
             let row = c
-                .query_one(PARSE_FTS, &[&clean_websearch(text)])
+                .query_one(sql, &[&clean_websearch(text)])
                 .map_err(as_bad_query)?;
             let tsquery: String = row.try_get(0)?;
             let terms = tsquery_terms(&tsquery);
@@ -199,7 +247,7 @@ pub fn list_sessions(c: &mut impl GenericClient, q: &ListQuery) -> Result<Sessio
     let text = match &q.query {
         // A query of blanks matches nothing rather than everything.
         Some(_) if words.is_empty() => return Ok(nothing),
-        Some(t) => match parse(c, Syntax::Plain, t)? {
+        Some(t) => match parse(c, Syntax::Plain, t, false)? {
             // No word had a token (`*`): nothing matches.
             p if p.tsquery.is_empty() => return Ok(nothing),
             p => Some(p.tsquery),
@@ -236,7 +284,7 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
         }
         _ => {}
     }
-    let parsed = parse(c, q.syntax, &q.text)?;
+    let parsed = parse(c, q.syntax, &q.text, q.stem)?;
     if parsed.tsquery.is_empty() {
         // No word had a token (`*`, a word over PostgreSQL's 2,047 characters).
         return Ok(vec![]);
@@ -253,12 +301,41 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
     }
     let tsquery = parsed.tsquery;
     let (limit, offset) = (i64::from(q.limit), i64::from(q.offset));
-    let rows = match q.order {
-        SearchOrder::Recent => c.query(SEARCH_RECENT, &[&tsquery, &limit, &offset])?,
-        SearchOrder::Relevance => c.query(
-            SEARCH_RELEVANCE,
-            &[&tsquery, &limit, &offset, &to_i64(u64::from(RANK_WINDOW))?],
+    let literals: Vec<String> = match q.syntax {
+        Syntax::Plain => literal_words(&q.text)
+            .iter()
+            .map(|l| like_pattern(l))
+            .collect(),
+        Syntax::Fts => vec![],
+    };
+    let rows = match (q.order, q.stem) {
+        (SearchOrder::Recent, stem) => c.query(
+            if stem {
+                SEARCH_RECENT_STEM
+            } else {
+                SEARCH_RECENT
+            },
+            &[&tsquery, &limit, &offset, &literals],
         )?,
+        (SearchOrder::Relevance, stem) => c.query(
+            if stem {
+                SEARCH_RELEVANCE_STEM
+            } else {
+                SEARCH_RELEVANCE
+            },
+            &[
+                &tsquery,
+                &limit,
+                &offset,
+                &to_i64(u64::from(RANK_WINDOW))?,
+                &literals,
+            ],
+        )?,
+    };
+    let match_token = if q.stem {
+        snippet::stem_equal
+    } else {
+        |a: &str, b: &str| a == b
     };
     let mut hits = Vec::with_capacity(rows.len());
     for r in rows {
@@ -269,7 +346,8 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
         let seq: i64 = r.try_get(2)?;
         let kind: String = r.try_get(3)?;
         let payload: String = r.try_get(5)?;
-        let (snippet, highlights) = snippet::snippet(&document(&kind, &payload)?, &parsed.terms);
+        let (snippet, highlights) =
+            snippet::snippet_by(&document(&kind, &payload)?, &parsed.terms, match_token);
         hits.push(SearchHit {
             session_id,
             title: r.try_get(1)?,
@@ -280,6 +358,7 @@ pub fn search(c: &mut impl GenericClient, q: &SearchQuery) -> Result<Vec<SearchH
             highlights,
             created_at: r.try_get(4)?,
             abandoned: false,
+            also_in: vec![],
         });
     }
     mark_abandoned(c, &mut hits)?;

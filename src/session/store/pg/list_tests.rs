@@ -20,6 +20,7 @@ fn plain(text: &str) -> SearchQuery {
         limit: 20,
         offset: 0,
         order: SearchOrder::Relevance,
+        stem: false,
     }
 }
 
@@ -238,6 +239,8 @@ fn plain_search_finds_and_highlights_what_sqlite_finds() {
         "*",
     ] {
         let pg = search(&mut t.pg, &plain(q)).unwrap();
+        // As `Store::search` shows them (the SQLite twin is a `Store`).
+        let pg = crate::session::search_display::present(pg, &plain(q), &Default::default());
         let sqlite = t.sqlite.search(&plain(q)).unwrap();
         assert_eq!(key_set(&pg), key_set(&sqlite), "{q}");
         for (p, s) in pg.iter().zip(&sqlite) {
@@ -501,7 +504,7 @@ fn any_text_is_a_valid_plain_query() {
     let mut runner = proptest::test_runner::TestRunner::default();
     runner
         .run(&proptest::prelude::any::<String>(), |q| {
-            let r = parse(&mut t.borrow_mut().pg, Syntax::Plain, &q);
+            let r = parse(&mut t.borrow_mut().pg, Syntax::Plain, &q, false);
             proptest::prop_assert!(r.is_ok(), "{q:?}: {:?}", r.err());
             Ok(())
         })
@@ -521,7 +524,7 @@ fn plain_words_become_distinct_terms() {
         ["e-mail", "don't", "C++"]
     );
     assert!(plain_words(" \n\t\u{7}").is_empty());
-    let parsed = |t: &mut Twin, syntax, q: &str| parse(&mut t.pg, syntax, q).unwrap();
+    let parsed = |t: &mut Twin, syntax, q: &str| parse(&mut t.pg, syntax, q, false).unwrap();
     let p = parsed(
         &mut t,
         Syntax::Plain,
@@ -599,10 +602,16 @@ fn every_statement_has_an_index_path() {
         let p = plan(&mut t, &bind(sql, &[&cursor[..], &extra[..]].concat()));
         assert!(p.contains("session_search"), "{p}");
     }
-    let args = ["'otter'::tsquery", "20", "0", "2000"];
-    for sql in [SEARCH_RECENT, SEARCH_RELEVANCE] {
-        let p = plan(&mut t, &bind(sql, &args));
-        assert!(p.contains("Bitmap Index Scan on session_search"), "{p}");
+    let recent = ["'otter'::tsquery", "20", "0", "'{%c++%}'"];
+    let best = ["'otter'::tsquery", "20", "0", "2000", "'{}'"];
+    for (sql, args, index) in [
+        (SEARCH_RECENT, &recent[..], "session_search "),
+        (SEARCH_RELEVANCE, &best[..], "session_search "),
+        (SEARCH_RECENT_STEM, &recent[..], "session_search_stem"),
+        (SEARCH_RELEVANCE_STEM, &best[..], "session_search_stem"),
+    ] {
+        let p = plan(&mut t, &bind(sql, args));
+        assert!(p.contains(&format!("Bitmap Index Scan on {index}")), "{p}");
     }
 }
 

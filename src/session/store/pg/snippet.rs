@@ -210,6 +210,16 @@ pub fn tsquery_terms(tsquery: &str) -> Vec<Term> {
 /// The snippet of `text` for `terms` and its highlight ranges (characters of the
 /// snippet), as FTS5's `snippet()` with [`SNIPPET_TOKENS`] tokens.
 pub fn snippet(text: &str, terms: &[Term]) -> (String, Vec<[usize; 2]>) {
+    snippet_by(text, terms, |a, b| a == b)
+}
+
+/// [`snippet`] with `same` deciding whether a lower-cased token of the text is a query's
+/// token ([`stem_equal`] for a stemmed search).
+pub fn snippet_by(
+    text: &str,
+    terms: &[Term],
+    same: fn(&str, &str) -> bool,
+) -> (String, Vec<[usize; 2]>) {
     let toks = tokens(text);
     let lower: Vec<String> = toks
         .iter()
@@ -220,7 +230,7 @@ pub fn snippet(text: &str, terms: &[Term]) -> (String, Vec<[usize; 2]>) {
     for i in 0..lower.len() {
         for (t, term) in terms.iter().enumerate() {
             let end = i + term.len();
-            if end <= lower.len() && lower[i..end].iter().zip(term).all(|(a, b)| a == b) {
+            if end <= lower.len() && lower[i..end].iter().zip(term).all(|(a, b)| same(a, b)) {
                 hits.push((i, end - 1, t));
             }
         }
@@ -259,6 +269,39 @@ pub fn snippet(text: &str, terms: &[Term]) -> (String, Vec<[usize; 2]>) {
         }
     }
     (out, ranges)
+}
+
+/// Whether two lower-cased tokens share a stem, for a stemmed search's highlights only
+/// (PostgreSQL decided the match): English inflections (`hostels`, `parties`, `passed`,
+/// `running`) come off both before comparing. A Snowball stem this misses leaves its
+/// word unhighlighted, never a hit out.
+pub fn stem_equal(a: &str, b: &str) -> bool {
+    a == b || light_stem(a) == light_stem(b)
+}
+
+fn light_stem(word: &str) -> String {
+    if let Some(stem) = word.strip_suffix("ies").filter(|s| s.chars().count() >= 2) {
+        return format!("{stem}y");
+    }
+    for suffix in ["es", "s", "ing", "ed", "ly"] {
+        let Some(stem) = word.strip_suffix(suffix) else {
+            continue;
+        };
+        if stem.chars().count() < 3 || word.ends_with("ss") {
+            continue;
+        }
+        let stem = stem.strip_suffix('e').unwrap_or(stem);
+        // `running`: a doubled last consonant is one.
+        let mut last = stem.chars().rev();
+        return match (last.next(), last.next()) {
+            (Some(x), Some(y)) if x == y && !"aeiouls".contains(x) => {
+                stem[..stem.len() - x.len_utf8()].to_owned()
+            }
+            _ => stem.to_owned(),
+        };
+    }
+    let bare = word.strip_suffix('e').filter(|s| s.chars().count() >= 3);
+    bare.unwrap_or(word).to_owned()
 }
 
 /// The first token of the best window of `n` tokens (of `len`), as FTS5 scores one: a

@@ -1,7 +1,9 @@
 //! Listing sessions (keyset pages) and searching messages (FTS5).
 
+#[cfg(test)]
+use rusqlite::params;
 use rusqlite::types::Value;
-use rusqlite::{Connection, ErrorCode, params, params_from_iter};
+use rusqlite::{Connection, ErrorCode, params_from_iter};
 
 #[cfg(test)]
 use super::SqliteStore;
@@ -9,7 +11,7 @@ use super::read::session_row;
 use crate::session::cursor::{ArchivedFilter, Cursor};
 use crate::session::events::{Event, SessionId};
 use crate::session::projection::is_abandoned;
-use crate::session::search::{markers, parse_marked, plain_to_fts};
+use crate::session::search::{like_pattern, literal_words, markers, parse_marked, plain_to_fts};
 use crate::session::store::error::{Result, StoreError};
 use crate::session::store::list::{
     ListQuery, RANK_WINDOW, SNIPPET_TOKENS, SearchHit, SearchOrder, SearchQuery, SessionPage,
@@ -94,7 +96,7 @@ pub(super) fn search(conn: &Connection, q: &SearchQuery) -> Result<Vec<SearchHit
         Syntax::Fts => q.text.clone(),
     };
     if q.syntax == Syntax::Fts {
-        check_fts(conn, &expr).map_err(as_bad_query)?;
+        check_fts(conn, &expr, q.stem).map_err(as_bad_query)?;
     }
     run_search(conn, &expr, q).map_err(|e| match q.syntax {
         Syntax::Fts => as_bad_query(e),
@@ -109,9 +111,20 @@ pub(super) fn search(conn: &Connection, q: &SearchQuery) -> Result<Vec<SearchHit
 fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<SearchHit>> {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let (open, close) = markers(&nonce);
-    let sql = search_statement(q);
+    let literals = match q.syntax {
+        Syntax::Plain => literal_words(&q.text),
+        Syntax::Fts => vec![],
+    };
+    let sql = search_statement(q, !literals.is_empty());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![expr, open, close, SNIPPET_TOKENS], |r| {
+    let patterns =
+        serde_json::Value::from(literals.iter().map(|l| like_pattern(l)).collect::<Vec<_>>())
+            .to_string();
+    let mut args: Vec<&dyn rusqlite::ToSql> = vec![&expr, &open, &close, &SNIPPET_TOKENS];
+    if !literals.is_empty() {
+        args.push(&patterns);
+    }
+    let rows = stmt.query_map(args.as_slice(), |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, Option<String>>(1)?,
@@ -137,6 +150,7 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
             highlights,
             created_at,
             abandoned: false,
+            also_in: vec![],
         });
     }
     mark_abandoned(conn, &mut hits)?;
@@ -154,7 +168,22 @@ fn run_search(conn: &Connection, expr: &str, q: &SearchQuery) -> Result<Vec<Sear
 /// (`bm25()` is what `rank` is: the table sets no other), sorts those, and only the page's
 /// rows go back to FTS5 (by rowid) for their snippets: one pass over the index, never
 /// more than the window scored.
-fn search_statement(q: &SearchQuery) -> String {
+///
+/// `stem` reads the porter-tokenized index (V18) instead; `literals` adds the words that
+/// must appear verbatim (`?5`, a JSON array of `LIKE` patterns, see
+/// [`literal_words`]). SQLite's `LIKE` folds ASCII case only.
+fn search_statement(q: &SearchQuery, literals: bool) -> String {
+    let fts = if q.stem {
+        "session_search_stem"
+    } else {
+        "session_search"
+    };
+    let verbatim = if literals {
+        "AND NOT EXISTS (SELECT 1 FROM json_each(?5) l
+                          WHERE e.search_text NOT LIKE l.value ESCAPE '\\')"
+    } else {
+        ""
+    };
     let left_out = "NOT (e.kind = 'pending_state' AND EXISTS (
                SELECT 1 FROM session_events a
                WHERE a.session_n = e.session_n AND a.seq > e.seq
@@ -163,17 +192,18 @@ fn search_statement(q: &SearchQuery) -> String {
                  AND json_extract(a.payload, '$.attempt') = json_extract(e.payload, '$.attempt')))
          AND e.session_n NOT IN (
                SELECT n FROM sessions INDEXED BY sessions_deleted WHERE deleted_at IS NOT NULL)";
-    let columns = "s.id, s.title, e.seq, e.kind, e.created_at,
-                snippet(session_search, 0, ?2, ?3, '…', ?4)";
+    let left_out = format!("{left_out} {verbatim}");
+    let columns =
+        format!("s.id, s.title, e.seq, e.kind, e.created_at, snippet({fts}, 0, ?2, ?3, '…', ?4)");
     let (limit, offset) = (q.limit, q.offset);
     match q.order {
         SearchOrder::Recent => format!(
             "SELECT {columns}
-             FROM session_search
-             JOIN session_events e ON e.id = session_search.rowid
+             FROM {fts}
+             JOIN session_events e ON e.id = {fts}.rowid
              JOIN sessions s ON s.n = e.session_n
-             WHERE session_search MATCH ?1 AND {left_out}
-             ORDER BY session_search.rowid DESC
+             WHERE {fts} MATCH ?1 AND {left_out}
+             ORDER BY {fts}.rowid DESC
              LIMIT {limit} OFFSET {offset}"
         ),
         SearchOrder::Relevance => format!(
@@ -181,11 +211,11 @@ fn search_statement(q: &SearchQuery) -> String {
             // that completed are left out before the newest N are taken (else a long
             // streamed answer's checkpoints could fill it and hide every real match).
             "WITH window AS (
-                 SELECT session_search.rowid AS id, bm25(session_search) AS score,
+                 SELECT {fts}.rowid AS id, bm25({fts}) AS score,
                         e.session_n, e.seq
-                 FROM session_search JOIN session_events e ON e.id = session_search.rowid
-                 WHERE session_search MATCH ?1 AND {left_out}
-                 ORDER BY session_search.rowid DESC LIMIT {RANK_WINDOW}),
+                 FROM {fts} JOIN session_events e ON e.id = {fts}.rowid
+                 WHERE {fts} MATCH ?1 AND {left_out}
+                 ORDER BY {fts}.rowid DESC LIMIT {RANK_WINDOW}),
              page AS (
                  SELECT window.id, window.score, s.id AS session_id, window.seq
                  FROM window JOIN sessions s ON s.n = window.session_n
@@ -193,10 +223,10 @@ fn search_statement(q: &SearchQuery) -> String {
                  LIMIT {limit} OFFSET {offset})
              SELECT {columns}
              FROM page
-             JOIN session_search ON session_search.rowid = page.id
+             JOIN {fts} ON {fts}.rowid = page.id
              JOIN session_events e ON e.id = page.id
              JOIN sessions s ON s.n = e.session_n
-             WHERE session_search MATCH ?1
+             WHERE {fts} MATCH ?1
              ORDER BY page.score, page.session_id, page.seq"
         ),
     }
@@ -223,11 +253,13 @@ fn mark_abandoned(conn: &Connection, hits: &mut [SearchHit]) -> Result<()> {
 /// statements join FTS5 to ordinary tables, and SQLite skips a join outright when one of
 /// its tables is empty: with no events yet, FTS5 never saw the query and a syntax error
 /// answered no hits instead of `bad_query`.
-fn check_fts(conn: &Connection, expr: &str) -> Result<()> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM session_search WHERE session_search MATCH ?1 AND rowid = 0",
-    )?
-    .query_row([expr], |_| Ok(()))?;
+fn check_fts(conn: &Connection, expr: &str, stem: bool) -> Result<()> {
+    let sql = if stem {
+        "SELECT count(*) FROM session_search_stem WHERE session_search_stem MATCH ?1 AND rowid = 0"
+    } else {
+        "SELECT count(*) FROM session_search WHERE session_search MATCH ?1 AND rowid = 0"
+    };
+    conn.prepare_cached(sql)?.query_row([expr], |_| Ok(()))?;
     Ok(())
 }
 
@@ -293,13 +325,16 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("t.db"), Default::default()).unwrap();
         let conn = store.reader().unwrap();
         let plan = |order| {
-            let sql = search_statement(&SearchQuery {
-                text: "x".into(),
-                limit: 20,
-                offset: 40,
-                order,
-                ..Default::default()
-            });
+            let sql = search_statement(
+                &SearchQuery {
+                    text: "x".into(),
+                    limit: 20,
+                    offset: 40,
+                    order,
+                    ..Default::default()
+                },
+                false,
+            );
             let rows: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .unwrap()
