@@ -1,0 +1,367 @@
+//! Importing through the running server (issue 34, item 8): `POST /v1/import` over real
+//! HTTP against a real `brain serve` process (JSON and a .zip of it, progress lines, a
+//! truncated file, a zip bomb, a body over the limit, a second import while one runs, a
+//! bad `from`), and `brain sessions import` sending its file to that server.
+
+use std::io::{Cursor, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::import::{fixture, ok};
+use crate::server::agent;
+use crate::support::*;
+
+/// `brain serve` on a fresh database (with `extra` flags); killed on drop.
+struct Server {
+    child: std::process::Child,
+    url: String,
+    db: TempDb,
+    _mock: MockLlm,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mock = MockLlm::start(&[]);
+        let db = TempDb::new();
+        let mut cmd = serve_command(&db, &mock.url);
+        cmd.args(extra);
+        let (child, url) = spawn_serve(&mut cmd);
+        Server {
+            child,
+            url,
+            db,
+            _mock: mock,
+        }
+    }
+
+    /// `POST /v1/import{query}` with `body`: the status and the body's text.
+    fn import(&self, query: &str, body: &[u8], accept: &str) -> (u16, String) {
+        let resp = agent()
+            .post(&format!("{}/v1/import{query}", self.url))
+            .header("Accept", accept)
+            .send(body)
+            .expect("the server answers");
+        let status = resp.status().as_u16();
+        (
+            status,
+            resp.into_body().read_to_string().unwrap_or_default(),
+        )
+    }
+
+    fn json(&self, query: &str, body: &[u8]) -> (u16, Value) {
+        let (status, text) = self.import(query, body, "application/json");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Imports `body` again: its two conversations are already here.
+    fn imports_unchanged(&self, query: &str, body: &[u8]) {
+        let (status, v) = self.json(query, body);
+        assert_eq!(
+            (status, &v["report"]["unchanged"]),
+            (200, &Value::from(2)),
+            "{v}"
+        );
+    }
+
+    fn titles(&self) -> Vec<String> {
+        let resp = agent()
+            .get(&format!("{}/v1/sessions", self.url))
+            .call()
+            .unwrap();
+        let v: Value = serde_json::from_str(&resp.into_body().read_to_string().unwrap()).unwrap();
+        let mut t: Vec<String> = v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["title"].as_str().unwrap_or("").to_owned())
+            .collect();
+        t.sort();
+        t
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A zip of `entries`, deflated, built with the zip crate's writer.
+pub fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, bytes) in entries {
+        out.start_file(*name, options).unwrap();
+        out.write_all(bytes).unwrap();
+    }
+    out.finish().unwrap().into_inner()
+}
+
+/// ChatGPT's export as it is sent: a zip with `conversations.json` beside other files.
+pub fn chatgpt_zip() -> Vec<u8> {
+    let json = std::fs::read(fixture("chatgpt.json")).unwrap();
+    zip_of(&[
+        ("chat.html", b"<html></html>"),
+        ("user.json", b"{}"),
+        ("conversations.json", &json),
+    ])
+}
+
+const CHATGPT_TITLES: [&str; 2] = ["Branches & tools ☕", "Only pictures, no times"];
+
+#[test]
+fn a_chatgpt_export_is_imported_over_http_and_again_changes_nothing() {
+    let s = Server::start(&[]);
+    let json = std::fs::read(fixture("chatgpt.json")).unwrap();
+    let (status, body) = s.json("", &json);
+    assert_eq!(status, 200, "{body}");
+    let r = &body["report"];
+    assert_eq!(
+        (&r["source"], &r["created"], &r["messages"]),
+        (&Value::from("chatgpt"), &Value::from(2), &Value::from(10)),
+        "{body}"
+    );
+    assert_eq!(s.titles(), CHATGPT_TITLES);
+    s.imports_unchanged("?from=chatgpt", &json);
+}
+
+#[test]
+fn a_zip_is_read_for_its_conversations_json_with_progress_lines() {
+    let s = Server::start(&[]);
+    let (status, text) = s.import("", &chatgpt_zip(), "application/x-ndjson");
+    assert_eq!(status, 200, "{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines[0]["progress"]["conversations"].as_u64() >= Some(1),
+        "{text}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["report"]["created"], 2, "{text}");
+    assert_eq!(s.titles(), CHATGPT_TITLES);
+
+    // Claude's, its file in a folder, named whatever: told by its bytes.
+    let claude = std::fs::read(fixture("claude.json")).unwrap();
+    let zip = zip_of(&[
+        ("export/conversations.json", &claude),
+        ("users.json", b"[]"),
+    ]);
+    let (status, body) = s.json("", &zip);
+    assert_eq!(
+        (status, &body["report"]["source"]),
+        (200, &Value::from("claude"))
+    );
+}
+
+#[test]
+fn a_truncated_file_says_so_and_imports_nothing() {
+    let s = Server::start(&[]);
+    let text = std::fs::read_to_string(fixture("chatgpt.json")).unwrap();
+    let cut = &text[..text.find("Only pictures").unwrap() + 40];
+    let (status, body) = s.json("", cut.as_bytes());
+    assert_eq!((status, body["error"].as_str()), (422, Some("bad_import")));
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("the file is truncated (it ends in the middle of this conversation")
+            && message.contains("nothing was imported"),
+        "{message}"
+    );
+    assert!(s.titles().is_empty());
+    // Cut inside a zip's conversations.json: the same.
+    let zip = zip_of(&[("conversations.json", cut.as_bytes())]);
+    let (status, body) = s.json("", &zip);
+    assert_eq!(status, 422, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("truncated"));
+}
+
+#[test]
+fn hostile_zips_get_clear_errors() {
+    let s = Server::start(&["--max-import-bytes", "100000"]);
+    // A zip bomb: a few kilobytes that would be megabytes of JSON.
+    let mut bomb = b"[".to_vec();
+    bomb.resize(5_000_000, b' ');
+    let zip = zip_of(&[("conversations.json", &bomb)]);
+    assert!(zip.len() < 100_000, "{}", zip.len());
+    let (status, body) = s.json("", &zip);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (413, Some("too_large")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("over 100000 bytes uncompressed")
+    );
+    // No conversations.json: what is inside, escaped, traversal names and all.
+    let zip = zip_of(&[("../../etc/passwd", b"x"), ("notes.txt", b"y")]);
+    let (status, body) = s.json("", &zip);
+    assert_eq!(status, 422, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("no conversations.json") && message.contains("\"../../etc/passwd\""),
+        "{message}"
+    );
+    // A zip of something else under the right name.
+    let zip = zip_of(&[("conversations.json", b"hello")]);
+    let (status, body) = s.json("", &zip);
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot tell which tool")
+    );
+    // Bytes that only begin like a zip.
+    let (status, body) = s.json("", b"PK\x03\x04 and then nothing of a zip");
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be read as one")
+    );
+    assert!(s.titles().is_empty());
+}
+
+/// Writes a request head (and `body`) on a raw connection and reads the answer's status
+/// line and body, within a deadline.
+fn raw(url: &str, head: &str, body: &[u8]) -> (TcpStream, String) {
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body).unwrap();
+    (c, addr.to_owned())
+}
+
+fn answer_of(c: &mut TcpStream) -> String {
+    let mut text = Vec::new();
+    let _ = c.read_to_end(&mut text);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+#[test]
+fn a_body_over_the_limit_is_413_before_it_is_sent_and_a_second_import_is_409() {
+    let s = Server::start(&["--max-import-bytes", "100000"]);
+    let host = s.url.trim_start_matches("http://").trim_end_matches('/');
+    // The head alone: the answer comes without a byte of the body.
+    let head =
+        format!("POST /v1/import HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100001\r\n\r\n");
+    let (mut c, _) = raw(&s.url, &head, b"");
+    let text = answer_of(&mut c);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("--max-import-bytes"), "{text}");
+    // Chunked, so its size is unknown: refused, not read.
+    let head =
+        format!("POST /v1/import HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let (mut c, _) = raw(&s.url, &head, b"");
+    assert!(answer_of(&mut c).starts_with("HTTP/1.1 411"));
+
+    // One import under way (half its body sent): a second is 409 at once.
+    let json = std::fs::read(fixture("claude.json")).unwrap();
+    let head = format!(
+        "POST /v1/import HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: \
+         close\r\n\r\n",
+        json.len()
+    );
+    let (mut first, _) = raw(&s.url, &head, &json[..json.len() / 2]);
+    // A probe that would be refused anyway (a bad `from`) takes no gate itself.
+    wait_for(
+        "the first import holds the gate",
+        Duration::from_secs(10),
+        || s.json("?from=word", b"[]").0 == 409,
+    );
+    let (status, body) = s.json("", &json);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("import_running"))
+    );
+    first.write_all(&json[json.len() / 2..]).unwrap();
+    let text = answer_of(&mut first);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // And the gate opens again.
+    s.imports_unchanged("", &json);
+}
+
+#[test]
+fn a_bad_from_is_400_and_a_wrong_one_says_what_the_file_is() {
+    let s = Server::start(&[]);
+    let json = std::fs::read(fixture("chatgpt.json")).unwrap();
+    let (status, body) = s.json("?from=word", &json);
+    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")));
+    let (status, body) = s.json("?from=claude", &json);
+    assert_eq!(status, 422, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("looks like a ChatGPT export") && message.contains("try from=chatgpt"),
+        "{message}"
+    );
+    let (status, body) = s.json("", b"");
+    assert_eq!(status, 400, "{body}");
+    // A cross-site page cannot post an import (the guards every route has).
+    let resp = agent()
+        .post(&format!("{}/v1/import", s.url))
+        .header("Origin", "http://evil.example")
+        .send(&json[..])
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    assert!(s.titles().is_empty());
+}
+
+#[test]
+fn sessions_import_sends_its_file_to_the_server_holding_the_database() {
+    let s = Server::start(&["--api-token", "sesame"]);
+    let zip_path = s.db.dir.path().join("export.zip");
+    std::fs::write(&zip_path, chatgpt_zip()).unwrap();
+    let file = zip_path.to_str().unwrap();
+    // The server wants its token: without it, a clear refusal.
+    let out = run_brain_on(&s.db, &["sessions", "import", file], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&s.url) && err.contains("bearer token"),
+        "{err}"
+    );
+    let out = run_brain_on(
+        &s.db,
+        &["sessions", "import", file, "--api-token", "sesame"],
+        b"",
+    );
+    let report = ok(&out);
+    assert!(
+        report.contains("imported 2 conversations from chatgpt: 2 created")
+            && report.contains("10 messages"),
+        "{report}"
+    );
+    let resp = agent()
+        .get(&format!("{}/v1/sessions", s.url))
+        .header("Authorization", "Bearer sesame")
+        .call()
+        .unwrap();
+    let v: Value = serde_json::from_str(&resp.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 2, "{v}");
+    // Refusals come back as the server words them.
+    let bad = s.db.dir.path().join("bad.json");
+    std::fs::write(&bad, b"hello").unwrap();
+    let out = run_brain_on(
+        &s.db,
+        &[
+            "sessions",
+            "import",
+            bad.to_str().unwrap(),
+            "--api-token",
+            "sesame",
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot tell which tool"), "{err}");
+}
