@@ -365,3 +365,50 @@ fn sessions_import_sends_its_file_to_the_server_holding_the_database() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot tell which tool"), "{err}");
 }
+
+/// llm's `logs.db` (a SQLite file, read from the temporary file the body went to) and
+/// brain's own JSONL export are imported over HTTP too.
+#[test]
+fn a_logs_db_and_a_brain_export_are_imported_over_http() {
+    let s = Server::start(&[]);
+    let path = s.db.dir.path().join("logs.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(crate::import_llm::LEGACY_SCHEMA)
+        .unwrap();
+    conn.execute_batch(
+        r#"
+        INSERT INTO conversations VALUES ('01hx', 'Bread', 'gpt-4o-mini');
+        INSERT INTO responses VALUES ('r1', 'gpt-4o-mini', 'How long to proof?', 'You bake.',
+          'About an hour.', '01hx', '2024-05-06T12:00:00');
+        "#,
+    )
+    .unwrap();
+    drop(conn);
+    let (status, body) = s.json("", &std::fs::read(&path).unwrap());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["report"]["source"], &body["report"]["created"]),
+        (&Value::from("llm"), &Value::from(1))
+    );
+    // A zip holding a database under the export's name is refused, not unpacked to disk.
+    let zip = zip_of(&[("conversations.json", &std::fs::read(&path).unwrap())]);
+    let (status, body) = s.json("", &zip);
+    assert_eq!(status, 422, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("unzip it"));
+
+    // brain's JSONL, as `sessions export` writes it, from another database.
+    let other = TempDb::new();
+    let id = other
+        .open()
+        .create_session(Some("Moved".into()), "sys".into())
+        .unwrap()
+        .id;
+    let jsonl = crate::import::export(&other);
+    let (status, body) = s.json("?from=brain", &jsonl);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["report"]["source"], &body["report"]["created"]),
+        (&Value::from("brain"), &Value::from(1))
+    );
+    assert!(s.titles().contains(&"Moved".to_owned()), "{id}");
+}
