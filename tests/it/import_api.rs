@@ -412,3 +412,34 @@ fn a_logs_db_and_a_brain_export_are_imported_over_http() {
     );
     assert!(s.titles().contains(&"Moved".to_owned()), "{id}");
 }
+
+/// With no server, `sessions import` reads the zip itself; standard input cannot hold one
+/// (a zip is read from its end), and says so.
+#[test]
+fn sessions_import_reads_a_zip_in_process_and_not_from_standard_input() {
+    let db = TempDb::new();
+    let path = db.dir.path().join("chatgpt-export");
+    std::fs::write(&path, chatgpt_zip()).unwrap();
+    let report = ok(&crate::import::import(&db, &path, &[]));
+    assert!(
+        report.contains("imported 2 conversations from chatgpt: 2 created"),
+        "{report}"
+    );
+    let piped = crate::import::failed(&run_brain_on(
+        &db,
+        &["sessions", "import", "-"],
+        &chatgpt_zip(),
+    ));
+    assert!(
+        piped.contains("give its path, not standard input"),
+        "{piped}"
+    );
+    let bare = zip_of(&[("notes.txt", b"hello")]);
+    std::fs::write(&path, bare).unwrap();
+    let err = crate::import::failed(&crate::import::import(&db, &path, &[]));
+    assert!(
+        err.contains("no conversations.json") && err.contains("\"notes.txt\""),
+        "{err}"
+    );
+    assert_eq!(db.open().session_ids().unwrap().len(), 2);
+}
