@@ -320,9 +320,9 @@ pub enum ImportFrom {
     Auto,
     /// This project's JSONL export
     Brain,
-    /// ChatGPT's conversations.json
+    /// ChatGPT's export: its .zip, or the conversations.json inside
     Chatgpt,
-    /// Claude's conversations.json
+    /// Claude's export: its .zip, or the conversations.json inside
     Claude,
     /// Open WebUI's chat export
     Openwebui,

@@ -443,3 +443,21 @@ fn sessions_import_reads_a_zip_in_process_and_not_from_standard_input() {
     );
     assert_eq!(db.open().session_ids().unwrap().len(), 2);
 }
+
+/// An upload that stops arriving is 408 after the request timeout, and the gate opens for
+/// the next import.
+#[test]
+fn a_stalled_upload_is_408_and_frees_the_gate() {
+    let s = Server::start(&["--request-timeout", "1"]);
+    let host = s.url.trim_start_matches("http://").trim_end_matches('/');
+    let json = std::fs::read(fixture("claude.json")).unwrap();
+    let head = format!(
+        "POST /v1/import HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n",
+        json.len()
+    );
+    let (mut stalled, _) = raw(&s.url, &head, &json[..10]);
+    let text = answer_of(&mut stalled);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    let (status, body) = s.json("", &json);
+    assert_eq!((status, &body["report"]["created"]), (200, &Value::from(2)));
+}
