@@ -38,7 +38,7 @@ pub fn run(
     let bar = progress(size);
     let mut tick = |p: Progress| show(&bar, p);
     let imported = if stdin {
-        import_stdin(store, Box::new(std::io::stdin().lock()), &ask, &mut tick)
+        import_stdin(store, Box::new(std::io::stdin()), &ask, &mut tick)
     } else {
         import_path(store, file, &ask, &mut tick)
     };

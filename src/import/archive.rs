@@ -41,7 +41,7 @@ pub enum ArchiveError {
 
 /// The entry being read: a reader over its bytes (bounded) and its declared size.
 pub struct Entry<'a> {
-    pub reader: Box<dyn Read + 'a>,
+    pub reader: Box<dyn Read + Send + 'a>,
     /// Its uncompressed size as the zip declares it (for a progress bar; the bound does not
     /// trust it).
     pub size: u64,
@@ -51,7 +51,7 @@ pub struct Entry<'a> {
 
 /// Opens the zip and calls `f` with its `conversations.json`, read no further than `limit`
 /// uncompressed bytes (past it, the reader fails and `over` is set).
-pub fn with_conversations<R: Read + Seek, T>(
+pub fn with_conversations<R: Read + Seek + Send, T>(
     input: R,
     limit: u64,
     f: impl FnOnce(Entry<'_>) -> T,

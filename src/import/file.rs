@@ -128,7 +128,7 @@ pub fn import_path(
 /// Imports standard input (a stream: not a zip, nor a SQLite database).
 pub fn import_stdin(
     store: &Store,
-    input: Box<dyn Read + '_>,
+    input: Box<dyn Read + Send + '_>,
     ask: &Ask<'_>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Imported, FileError> {
@@ -137,7 +137,7 @@ pub fn import_stdin(
 
 fn import_stream(
     store: &Store,
-    mut input: Box<dyn Read + '_>,
+    mut input: Box<dyn Read + Send + '_>,
     total: Option<u64>,
     origin: Origin<'_>,
     ask: &Ask<'_>,
@@ -223,7 +223,7 @@ pub fn decide(ask: &Ask<'_>, shape: Shape) -> Result<Option<Source>, FileError> 
 
 /// Counts the bytes read, for progress.
 struct Counted<'a> {
-    inner: Box<dyn Read + 'a>,
+    inner: Box<dyn Read + Send + 'a>,
     read: Arc<AtomicU64>,
 }
 

@@ -461,3 +461,31 @@ fn a_stalled_upload_is_408_and_frees_the_gate() {
     let (status, body) = s.json("", &json);
     assert_eq!((status, &body["report"]["created"]), (200, &Value::from(2)));
 }
+
+/// The file is read on a thread of its own ahead of the writer: a reader that dies
+/// midway (a panic) is a failed import that wrote nothing, never a file taken as ended.
+#[test]
+fn a_reader_that_dies_midway_imports_nothing() {
+    use brain::import::chatgpt;
+    let db = TempDb::new();
+    let store = db.open();
+    let json = std::fs::read(fixture("chatgpt.json")).unwrap();
+    let mut first = chatgpt::read(&json[..]).take(1);
+    let dying = std::iter::from_fn(move || match first.next() {
+        Some(c) => Some(c),
+        None => panic!("a reader dies (this panic is the test's)"),
+    });
+    let err = brain::import::apply::import_conversations(&store, dying, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("stopped before the end") && err.contains("nothing was imported"),
+        "{err}"
+    );
+    assert!(store.session_ids().unwrap().is_empty());
+    // The same reader, whole: imported.
+    let report =
+        brain::import::apply::import_conversations(&store, chatgpt::read(&json[..]), &mut |_| {})
+            .unwrap();
+    assert_eq!(report.created, 2);
+}
