@@ -155,6 +155,9 @@ impl From<FileError> for ApiError {
                 s.into()
             }
             FileError::Io(io) => ApiError::internal(format!("reading an upload: {io}")),
+            FileError::Import(ImportError::Stopped) => {
+                ApiError::new(503, "unavailable", e.to_string())
+            }
             other => bad(&other),
         }
     }

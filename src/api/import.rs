@@ -65,22 +65,31 @@ pub fn parse_from(
     }
 }
 
-/// One import at a time.
+/// One import at a time, and a way to stop it.
 #[derive(Debug, Default)]
-pub struct Gate(Arc<AtomicBool>);
+pub struct Gate {
+    busy: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
 
 /// The gate, held until dropped.
 #[derive(Debug)]
-pub struct Held(Arc<AtomicBool>);
+pub struct Held {
+    busy: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
 
 impl Gate {
     /// Takes the gate, or 409 when an import is running.
     pub fn take(&self) -> Result<Held, ApiError> {
         match self
-            .0
+            .busy
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => Ok(Held(Arc::clone(&self.0))),
+            Ok(_) => Ok(Held {
+                busy: Arc::clone(&self.busy),
+                stop: Arc::clone(&self.stop),
+            }),
             Err(_) => Err(ApiError::new(
                 409,
                 "import_running",
@@ -90,9 +99,17 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// Stops a running import (at its next conversation, rolled back) and any later one:
+    /// the server is shutting down, and its attempts' last writes must not wait for it.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.busy.store(false, Ordering::Release);
     }
 }
 
@@ -148,11 +165,13 @@ fn start(api: &Api, upload: Upload) -> Result<mpsc::Receiver<Msg>, ApiError> {
         .name("import".into())
         .spawn(move || {
             let Upload { file, from, held } = upload;
+            let stop = Arc::clone(&held.stop);
             let ask = Ask {
                 from,
                 name: "the file",
                 from_flag: "from=",
                 max_unzipped: limit,
+                stop: &stop,
             };
             let mut last: Option<Instant> = None;
             let mut progress = |p: Progress| {

@@ -17,6 +17,8 @@ use crate::import::file::{
 };
 use crate::session::Store;
 
+static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// In this process: this command holds the database's lock.
 pub fn run(
     store: &Store,
@@ -30,6 +32,8 @@ pub fn run(
         name: &name,
         from_flag: "--from ",
         max_unzipped: MAX_UNZIPPED_BYTES,
+        // Ctrl-C ends this process, and with it the transaction.
+        stop: &NEVER,
     };
     let stdin = file.as_os_str() == "-";
     let size = (!stdin)

@@ -9,6 +9,7 @@
 //! part of the conversation.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,9 @@ pub enum ImportError {
     Read(#[from] ReadError),
     #[error("{0} (nothing was imported)")]
     Store(#[from] StoreError),
+    /// Asked to stop (the server is shutting down): rolled back so the writer is free.
+    #[error("the import was stopped: the server is shutting down (nothing was imported)")]
+    Stopped,
 }
 
 /// How many conversations are read and converted ahead of the writer.
@@ -87,6 +91,7 @@ enum Fetched {
 pub fn import_conversations(
     store: &Store,
     conversations: impl Iterator<Item = Result<Conversation, ReadError>> + Send,
+    stop: &AtomicBool,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Report, ImportError> {
     let started = Instant::now();
@@ -106,7 +111,7 @@ pub fn import_conversations(
             }
             let _ = tx.send(Fetched::End);
         });
-        let written = write_all(store, rx, progress);
+        let written = write_all(store, rx, stop, progress);
         // Joined here, so a panic in a reader is this import's failure, not the caller's.
         if reader.join().is_err() {
             log::error!("an import's reader panicked");
@@ -121,6 +126,7 @@ pub fn import_conversations(
 fn write_all(
     store: &Store,
     rx: mpsc::Receiver<Fetched>,
+    stop: &AtomicBool,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Report, ImportError> {
     let mut report = Report::default();
@@ -146,6 +152,11 @@ fn write_all(
                     return Err(StoreError::Refused("an unreadable conversation"));
                 }
             };
+            // Checked between conversations: a shutdown's own writes wait for this one.
+            if stop.load(Ordering::Acquire) {
+                failed = Some(ImportError::Stopped);
+                return Err(StoreError::Refused("an import told to stop"));
+            }
             if let Err(e) = one(w, index, &c, &new, &mut report) {
                 log::debug!("import rolled back: {e}");
                 failed = Some(e);

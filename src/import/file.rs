@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::apply::{ImportError, Report, import_conversations};
 use super::archive::{self, ArchiveError};
@@ -73,6 +73,8 @@ pub struct Ask<'a> {
     pub from_flag: &'static str,
     /// The most bytes of `conversations.json` read out of a zip.
     pub max_unzipped: u64,
+    /// Set to stop the import (rolled back) between two conversations.
+    pub stop: &'a AtomicBool,
 }
 
 /// Where the bytes come from: llm's `logs.db` can be read only from a file of its own.
@@ -175,12 +177,18 @@ fn import_stream(
                 done,
             });
         }
-        (Source::ChatGpt, _) => import_conversations(store, chatgpt::read(reader), &mut tick),
-        (Source::Claude, _) => import_conversations(store, claude::read(reader), &mut tick),
-        (Source::OpenWebUi, _) => import_conversations(store, openwebui::read(reader), &mut tick),
+        (Source::ChatGpt, _) => {
+            import_conversations(store, chatgpt::read(reader), ask.stop, &mut tick)
+        }
+        (Source::Claude, _) => {
+            import_conversations(store, claude::read(reader), ask.stop, &mut tick)
+        }
+        (Source::OpenWebUi, _) => {
+            import_conversations(store, openwebui::read(reader), ask.stop, &mut tick)
+        }
         (Source::Llm, Origin::Path(path)) => {
             drop(reader);
-            import_conversations(store, llm::read(path), &mut tick)
+            import_conversations(store, llm::read(path), ask.stop, &mut tick)
         }
         // SQLite reads a database from a file it can seek in, not from a stream.
         (Source::Llm, Origin::Stdin) => {
@@ -239,12 +247,15 @@ impl Read for Counted<'_> {
 mod tests {
     use super::*;
 
+    static NEVER: AtomicBool = AtomicBool::new(false);
+
     fn ask(from: Option<Source>) -> Ask<'static> {
         Ask {
             from,
             name: "x.json",
             from_flag: "--from ",
             max_unzipped: 1,
+            stop: &NEVER,
         }
     }
 

@@ -475,7 +475,8 @@ fn a_reader_that_dies_midway_imports_nothing() {
         Some(c) => Some(c),
         None => panic!("a reader dies (this panic is the test's)"),
     });
-    let err = brain::import::apply::import_conversations(&store, dying, &mut |_| {})
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let err = brain::import::apply::import_conversations(&store, dying, &never, &mut |_| {})
         .unwrap_err()
         .to_string();
     assert!(
@@ -484,8 +485,79 @@ fn a_reader_that_dies_midway_imports_nothing() {
     );
     assert!(store.session_ids().unwrap().is_empty());
     // The same reader, whole: imported.
-    let report =
-        brain::import::apply::import_conversations(&store, chatgpt::read(&json[..]), &mut |_| {})
-            .unwrap();
+    let report = brain::import::apply::import_conversations(
+        &store,
+        chatgpt::read(&json[..]),
+        &never,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(report.created, 2);
+}
+
+/// A ChatGPT export of `n` small conversations (ten messages each).
+fn many_conversations(n: usize) -> Vec<u8> {
+    let all: Vec<Value> = (0..n)
+        .map(|c| {
+            let mut mapping = serde_json::Map::new();
+            mapping.insert(
+                "root".into(),
+                serde_json::json!({"message": null, "parent": null, "children": ["m0"]}),
+            );
+            for i in 0..10 {
+                let parent = if i == 0 { "root".to_owned() } else { format!("m{}", i - 1) };
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                mapping.insert(
+                    format!("m{i}"),
+                    serde_json::json!({"parent": parent, "children": [], "message": {
+                        "author": {"role": role}, "create_time": 1.7e9 + (c * 100 + i) as f64,
+                        "content": {"content_type": "text", "parts": [format!("words {i} ").repeat(30)]}}}),
+                );
+            }
+            serde_json::json!({"id": format!("c{c}"), "title": format!("Conversation {c}"),
+                "mapping": mapping, "current_node": "m9"})
+        })
+        .collect();
+    serde_json::to_vec(&all).unwrap()
+}
+
+/// A shutdown stops a running import (rolled back) rather than waiting for its one
+/// transaction: the server exits within its 10 s, and nothing of the file is kept.
+#[test]
+fn a_shutdown_stops_a_running_import_and_keeps_none_of_it() {
+    let mut s = Server::start(&[]);
+    let body = many_conversations(3000);
+    let url = s.url.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
+        let resp = agent()
+            .post(&format!("{url}/v1/import"))
+            .header("Accept", "application/x-ndjson")
+            .send(&body[..])
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(resp.into_body().into_reader()));
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        tx.send(first).unwrap();
+        lines.map_while(Result::ok).last().unwrap_or_default()
+    });
+    let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(first.contains("\"progress\""), "{first}");
+    let pid = s.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    wait_for("the server exits", Duration::from_secs(10), || {
+        s.child.try_wait().unwrap().is_some()
+    });
+    assert!(std::time::Instant::now() <= deadline);
+    let last = client.join().unwrap();
+    // Told, not cut off: the import stopped at once and said why.
+    assert!(last.contains("the server is shutting down"), "{last}");
+    assert!(s.db.open().session_ids().unwrap().is_empty());
 }
