@@ -6,12 +6,14 @@ import { loadSessions, onSearch } from './js/sessions.js';
 import { initLayout, contextToggled } from './js/layout.js';
 import { openSession, renderHeader, retry, send, sendEdit, refreshContext, loadModels, startRename, onDelete, showEmpty } from './js/session.js';
 import { initVersions } from './js/versions.js';
+import { initImport } from './js/import.js';
 
 // On a touch screen there is no Shift+Enter: Enter makes a new line and Send sends.
 const touch = window.matchMedia('(pointer: coarse)');
 
 function init() {
   initLayout();
+  initImport();
   // A fork opens at once and joins the list.
   initVersions({ edit: sendEdit, retry, open: async (id) => { await openSession(id, true); loadSessions(true); } });
   if (touch.matches) $('message').placeholder = 'Message brain…';

@@ -61,6 +61,7 @@ pub fn first_token(args: &[String]) -> Res<()> {
             token: None,
             allowed_hosts: vec![],
             max_body_bytes: 1 << 20,
+            max_import_bytes: api::import::DEFAULT_MAX_IMPORT_BYTES,
             request_timeout: api::DEFAULT_REQUEST_TIMEOUT,
             idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
             max_connections: api::DEFAULT_MAX_CONNECTIONS,

@@ -30,6 +30,7 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("js/api.js", JS),
     asset!("js/code.js", JS),
     asset!("js/dom.js", JS),
+    asset!("js/import.js", JS),
     asset!("js/layout.js", JS),
     asset!("js/render.js", JS),
     asset!("js/session.js", JS),

@@ -20,7 +20,7 @@ use super::http::{self, Request};
 use super::request::{self, Framing, Head, Parsed};
 use super::routes::{self, Reply};
 use super::server::{BUSY, IDLE, READING, Shared, Slot, WRITING};
-use super::sockopt;
+use super::{import, sockopt, upload};
 
 /// The largest request head (request line and headers).
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -36,7 +36,7 @@ const MAX_CHUNK_LINE_BYTES: usize = 1024;
 const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
 /// Why reading stopped.
-enum Stop {
+pub(super) enum Stop {
     /// The client closed, the connection was evicted, or the server is stopping.
     Closed,
     /// A deadline passed with part of a request received: answer 408.
@@ -48,14 +48,14 @@ enum Stop {
 }
 
 /// Bytes from the socket, buffered across requests (pipelined requests stay in `buf`).
-struct Input<'a> {
+pub(super) struct Input<'a> {
     stream: &'a TcpStream,
-    buf: Vec<u8>,
+    pub(super) buf: Vec<u8>,
 }
 
 impl Input<'_> {
     /// Reads more bytes, waiting until `deadline` at most. `Ok(false)` at end of stream.
-    fn fill(&mut self, deadline: Instant) -> Result<bool, Stop> {
+    pub(super) fn fill(&mut self, deadline: Instant) -> Result<bool, Stop> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Stop::TimedOut);
@@ -304,6 +304,12 @@ fn one_request(
         let e = ApiError::new(503, "unavailable", "the server is shutting down");
         return respond(shared, slot, &head, http::error(&e), false, head_only);
     }
+    if import::is_import(&routed_method, &target.segments) {
+        let upload = upload::receive(shared, slot, input, &head, &target, framing)?;
+        busy(shared, slot)?;
+        let reply = import::handle(api, &head, upload);
+        return deliver(shared, slot, &head, reply, head_only);
+    }
     let body = read_body(shared, slot, input, &head, framing, deadline)?;
     busy(shared, slot)?;
     let req = Request {
@@ -312,12 +318,32 @@ fn one_request(
         target,
         body,
     };
-    match routes::handle(api, &req) {
-        Reply::Answer(a) => respond(shared, slot, &req.head, a, true, head_only),
-        Reply::Stream(id, sub) => {
-            log::debug!("{} {} -> 200 (stream)", req.head.method, req.head.target);
+    let reply = routes::handle(api, &req);
+    deliver(shared, slot, &req.head, reply, head_only)
+}
+
+/// Writes what a route answered: a whole answer, or a stream.
+fn deliver(
+    shared: &Shared,
+    slot: &Slot,
+    head: &Head,
+    reply: Reply,
+    head_only: bool,
+) -> Result<bool, Stop> {
+    match reply {
+        Reply::Answer(a) => respond(shared, slot, head, a, true, head_only),
+        Reply::Lines(lines) => {
+            log::debug!("{} {} -> 200 (lines)", head.method, head.target);
             let mut w = SlotWriter::stream(shared, slot);
-            let chunked = req.head.minor_version >= 1;
+            if let Err(e) = import::stream(&mut w, lines, head.minor_version >= 1) {
+                log::debug!("an import's progress stream ended early: {e}");
+            }
+            Ok(false)
+        }
+        Reply::Stream(id, sub) => {
+            log::debug!("{} {} -> 200 (stream)", head.method, head.target);
+            let mut w = SlotWriter::stream(shared, slot);
+            let chunked = head.minor_version >= 1;
             let streamed = if head_only {
                 http::stream_head(&mut w, &id.to_string(), chunked)
             } else {

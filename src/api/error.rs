@@ -4,6 +4,10 @@
 use serde_json::json;
 
 use crate::chat::engine::EngineError;
+use crate::import::apply::ImportError;
+use crate::import::archive::ArchiveError;
+use crate::import::brain::BrainError;
+use crate::import::file::FileError;
 use crate::session::StoreError;
 use crate::session::cursor::CursorError;
 use crate::session::projection::BadForkPoint;
@@ -135,6 +139,27 @@ impl From<EngineError> for ApiError {
 impl From<CursorError> for ApiError {
     fn from(e: CursorError) -> ApiError {
         ApiError::bad_request(e.to_string())
+    }
+}
+
+/// An import's failure: what the file is or holds is 422 `bad_import` (413 for a zip whose
+/// `conversations.json` is over the limit); the database's, as any other store error.
+impl From<FileError> for ApiError {
+    fn from(e: FileError) -> ApiError {
+        let bad = |e: &dyn std::fmt::Display| ApiError::new(422, "bad_import", e.to_string());
+        match e {
+            FileError::Archive(ArchiveError::TooLarge { .. }) => {
+                ApiError::new(413, "too_large", e.to_string())
+            }
+            FileError::Import(ImportError::Store(s)) | FileError::Brain(BrainError::Store(s)) => {
+                s.into()
+            }
+            FileError::Io(io) => ApiError::internal(format!("reading an upload: {io}")),
+            FileError::Import(ImportError::Stopped) => {
+                ApiError::new(503, "unavailable", e.to_string())
+            }
+            other => bad(&other),
+        }
     }
 }
 

@@ -11,7 +11,8 @@
 //! - [`guards`]: Host, Origin and bearer checks.
 //! - [`http`]: answers, JSON bodies, SSE.
 //! - [`routes`]: what each route does.
-//! - [`views`]: the JSON shapes of sessions, events and hits.
+//! - [`views`]: the JSON shapes of sessions, events, hits and import reports.
+//! - [`import`], [`upload`]: `POST /v1/import`, its body kept in a temporary file.
 //!
 //! **Architecture invariant:** only `api` knows HTTP and the wire shapes of the API.
 
@@ -21,11 +22,13 @@ pub mod dbhealth;
 pub mod error;
 pub mod guards;
 pub mod http;
+pub mod import;
 pub mod refuse;
 pub mod request;
 pub mod routes;
 pub mod server;
 pub mod sockopt;
+pub mod upload;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -54,6 +57,8 @@ pub struct ApiConfig {
     pub token: Option<String>,
     pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
+    /// The largest export `POST /v1/import` takes (and reads out of a zip).
+    pub max_import_bytes: u64,
     /// How long a request's head and body may take to arrive.
     pub request_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
@@ -72,6 +77,8 @@ pub struct Api {
     pub estimator: Estimator,
     /// `/health`'s last known state of the database.
     pub db_health: dbhealth::DbHealth,
+    /// One import at a time.
+    pub imports: import::Gate,
 }
 
 /// Binds and starts serving.
@@ -96,6 +103,7 @@ pub fn start(config: ApiConfig, engine: Engine) -> Result<Running, String> {
             guards,
             estimator: Estimator::new(),
             db_health: dbhealth::DbHealth::default(),
+            imports: import::Gate::default(),
         }),
     });
     server::run(listener, shared, addr)

@@ -22,10 +22,12 @@ pub const MAX_TITLE_CHARS: usize = 200;
 /// so anything past it is a 400, not a failed conversion.
 pub const MAX_SEQ: u64 = i64::MAX as u64;
 
-/// What a route answers: a JSON answer, or a stream of an attempt's frames.
+/// What a route answers: a JSON answer, a stream of an attempt's frames, or an import's
+/// progress lines.
 pub enum Reply {
     Answer(Answer),
     Stream(SessionId, Subscription),
+    Lines(super::import::Lines),
 }
 
 /// Decides from a request's head alone whether it may be served (Host, Origin, token),
@@ -80,13 +82,18 @@ fn route(api: &Api, req: &Request) -> Result<Reply, ApiError> {
             Some((body, kind)) => answer(Ok(http::asset(body, kind))),
             None => Err(ApiError::not_found("no such file")),
         },
-        (_, ["health"] | ["v1", "models" | "sessions" | "search" | "usage" | "tools"]) => {
-            Err(ApiError::new(
-                405,
-                "method_not_allowed",
-                format!("{method} is not allowed on {path}"),
-            ))
-        }
+        (
+            _,
+            ["health"]
+            | [
+                "v1",
+                "models" | "sessions" | "search" | "usage" | "tools" | "import",
+            ],
+        ) => Err(ApiError::new(
+            405,
+            "method_not_allowed",
+            format!("{method} is not allowed on {path}"),
+        )),
         _ => Err(ApiError::not_found(format!("no route {path}"))),
     }
 }

@@ -290,6 +290,8 @@ impl Running {
     /// and answers in progress go on.
     pub fn stop_accepting(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
+        // An import's one transaction would hold the writer the attempts' ends need.
+        self.shared.api.imports.stop();
         if let Some(acceptor) = self.acceptor.take() {
             // Wake the blocking accept with a connection of our own. Should that fail (no
             // descriptor left), the thread is left to the process's exit, not waited for.

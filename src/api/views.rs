@@ -60,3 +60,33 @@ pub fn tools(status: &crate::tools::ToolsStatus) -> Value {
         .collect();
     json!({"tools": tools, "servers": status.servers})
 }
+
+/// An import's report (`POST /v1/import`, and what `brain sessions import` prints from):
+/// counts by outcome, the forks made, messages written, what was left out, time.
+pub fn imported(i: &crate::import::file::Imported) -> Value {
+    use crate::import::file::Imported;
+    match i {
+        Imported::Nothing(what) => json!({"source": null, "nothing": what, "conversations": 0}),
+        Imported::Brain { sessions, done } => json!({
+            "source": "brain", "sessions": sessions, "events": done.events,
+            "created": done.created, "extended": done.extended, "unchanged": done.unchanged,
+        }),
+        Imported::Conversations { source, report: r } => {
+            let forked: Vec<Value> = r
+                .forked
+                .iter()
+                .map(|f| {
+                    json!({"conversation": f.conversation, "title": f.title,
+                        "id": f.id.to_string(), "from": f.from.to_string(), "seq": f.seq})
+                })
+                .collect();
+            json!({
+                "source": source.name(), "conversations": r.conversations,
+                "created": r.created, "extended": r.extended, "unchanged": r.unchanged,
+                "forked": forked, "messages": r.messages, "skipped": r.skipped,
+                "elapsed_s": r.elapsed.as_secs_f64(),
+                "writer_held_s": r.writer_held.as_secs_f64(),
+            })
+        }
+    }
+}

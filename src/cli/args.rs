@@ -176,6 +176,10 @@ pub struct ServeArgs {
     /// The largest request body, in bytes
     #[arg(long, env = "BRAIN_MAX_BODY_BYTES", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(1024..=268_435_456))]
     pub max_body_bytes: u64,
+    /// The largest export `POST /v1/import` takes, in bytes (and the most of a zip's
+    /// conversations.json it reads)
+    #[arg(long, env = "BRAIN_MAX_IMPORT_BYTES", default_value_t = crate::api::import::DEFAULT_MAX_IMPORT_BYTES, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_import_bytes: u64,
     /// A bearer token every /v1 request must carry
     #[arg(long, env = "BRAIN_API_TOKEN")]
     pub api_token: Option<String>,
@@ -316,9 +320,9 @@ pub enum ImportFrom {
     Auto,
     /// This project's JSONL export
     Brain,
-    /// ChatGPT's conversations.json
+    /// ChatGPT's export: its .zip, or the conversations.json inside
     Chatgpt,
-    /// Claude's conversations.json
+    /// Claude's export: its .zip, or the conversations.json inside
     Claude,
     /// Open WebUI's chat export
     Openwebui,
@@ -408,15 +412,20 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Import history: brain's JSONL export, or ChatGPT, Claude, Open WebUI or llm
-    /// history (all of a file or, on any unreadable conversation, nothing; importing again
-    /// adds only what is new)
+    /// Import history: brain's JSONL export, or ChatGPT, Claude (their .zip or its
+    /// conversations.json), Open WebUI or llm history (all of a file or, on any unreadable
+    /// conversation, nothing; importing again adds only what is new); through the running
+    /// server when one holds the database
     Import {
         /// The file (`-` for standard input)
         file: PathBuf,
         /// Which tool wrote it
         #[arg(long, value_enum, default_value_t = ImportFrom::Auto)]
         from: ImportFrom,
+        /// The server's bearer token, when a server holds the database (the file is sent
+        /// to it)
+        #[arg(long, env = "BRAIN_API_TOKEN")]
+        api_token: Option<String>,
     },
     /// Search messages, answers, summaries and titles
     Search {

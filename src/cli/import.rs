@@ -1,151 +1,190 @@
-//! `brain sessions import FILE|- [--from …]` (SPEC §15): the file's format (given, or
-//! recognised by its shape), its reader, the shared import, the report, and a progress bar
-//! when standard error is a terminal.
+//! `brain sessions import FILE|- [--from …]` (SPEC §15): through the shared import
+//! (`crate::import::file`) in this process, or, when a server holds the database, sent to
+//! it (`POST /v1/import`) as `chat` talks to it; either way with a progress bar when
+//! standard error is a terminal, and the same report.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use super::term::{count, printable};
-use super::{CliError, ImportFrom, transfer};
-use crate::import::apply::{Report, import_conversations};
-use crate::import::detect::{Shape, rejoin, sniff};
-use crate::import::{Source, chatgpt, claude, llm, openwebui};
+use super::{CliError, ImportFrom};
+use crate::import::Source;
+use crate::import::file::{
+    Ask, FileError, MAX_UNZIPPED_BYTES, Progress, import_path, import_stdin,
+};
 use crate::session::Store;
 
+static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In this process: this command holds the database's lock.
 pub fn run(
     store: &Store,
     file: &Path,
     from: ImportFrom,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let input_error = |source| CliError::Input {
-        path: file.to_owned(),
-        source,
+    let name = file.display().to_string();
+    let ask = Ask {
+        from: source_of(from),
+        name: &name,
+        from_flag: "--from ",
+        max_unzipped: MAX_UNZIPPED_BYTES,
+        // Ctrl-C ends this process, and with it the transaction.
+        stop: &NEVER,
     };
     let stdin = file.as_os_str() == "-";
-    let (mut input, size): (Box<dyn Read>, Option<u64>) = if stdin {
-        (Box::new(std::io::stdin().lock()), None)
-    } else {
-        let f = std::fs::File::open(file).map_err(input_error)?;
-        let size = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), size)
-    };
-    let (prefix, shape) = sniff(&mut input).map_err(input_error)?;
-    let Some(source) = source(from, shape, file, out)? else {
-        return Ok(());
-    };
-    let read = Arc::new(AtomicU64::new(0));
-    let counted = Counted {
-        inner: input,
-        read: Arc::clone(&read),
-        // The prefix was read already: count it when it is read again.
-        skip: prefix.len() as u64,
-    };
-    let reader = rejoin(prefix, counted);
+    let size = (!stdin)
+        .then(|| std::fs::metadata(file).ok().map(|m| m.len()))
+        .flatten();
     let bar = progress(size);
-    let mut tick = |n: usize| {
-        bar.set_position(read.load(Ordering::Relaxed));
-        bar.set_message(count(n as u64, "conversation"));
-    };
-    let report = match source {
-        Source::Brain => {
-            drop(bar);
-            return brain(store, reader, out);
-        }
-        Source::ChatGpt => import_conversations(store, chatgpt::read(reader), &mut tick),
-        Source::Claude => import_conversations(store, claude::read(reader), &mut tick),
-        Source::OpenWebUi => import_conversations(store, openwebui::read(reader), &mut tick),
-        // SQLite reads a database from a file it can seek in, not from a stream.
-        Source::Llm if stdin => {
-            return Err(CliError::ImportFailed(
-                "llm's logs.db is a SQLite database: give its path, not standard input \
-                 (nothing was imported)"
-                    .into(),
-            ));
-        }
-        Source::Llm => {
-            drop(reader);
-            import_conversations(store, llm::read(file), &mut tick)
-        }
+    let mut tick = |p: Progress| show(&bar, p);
+    let imported = if stdin {
+        import_stdin(store, Box::new(std::io::stdin()), &ask, &mut tick)
+    } else {
+        import_path(store, file, &ask, &mut tick)
     };
     bar.finish_and_clear();
-    let report =
-        report.map_err(|e| CliError::ImportFailed(printable(&e.to_string()).into_owned()))?;
-    write_report(out, source, &report)
+    let imported = imported.map_err(|e| match e {
+        FileError::Io(source) => CliError::Input {
+            path: file.to_owned(),
+            source,
+        },
+        other => CliError::ImportFailed(printable(&other.to_string()).into_owned()),
+    })?;
+    write_report(out, &crate::api::views::imported(&imported))
 }
 
-/// Which tool wrote the file: the one `--from` names (refused when the file's shape says
-/// another), or the one its shape shows; `None` when there is nothing to import.
-fn source(
-    from: ImportFrom,
-    shape: Shape,
-    file: &Path,
-    out: &mut dyn Write,
-) -> Result<Option<Source>, CliError> {
-    Ok(Some(match (from, shape) {
-        (ImportFrom::Auto, Shape::Is(s)) => s,
-        (ImportFrom::Auto, Shape::EmptyArray) => {
-            writeln!(out, "nothing to import: {}", shape.describe())?;
-            return Ok(None);
-        }
-        (ImportFrom::Auto, Shape::Unknown(what)) => {
-            return Err(CliError::ImportFailed(format!(
-                "cannot tell which tool wrote {}: it is {what} (nothing was imported)",
-                file.display()
-            )));
-        }
-        (given, shape) => {
-            let wanted = named(given);
-            match shape {
-                Shape::Is(s) if s != wanted => {
-                    return Err(CliError::ImportFailed(format!(
-                        "{} looks like {}, not {}: try --from {} or --from auto (nothing \
-                         was imported)",
-                        file.display(),
-                        shape.describe(),
-                        wanted.name(),
-                        s.name()
-                    )));
-                }
-                _ => wanted,
-            }
-        }
-    }))
-}
-
-fn named(from: ImportFrom) -> Source {
+/// The source `--from` names; `None` for `auto`.
+fn source_of(from: ImportFrom) -> Option<Source> {
     match from {
-        ImportFrom::Auto | ImportFrom::Brain => Source::Brain,
-        ImportFrom::Chatgpt => Source::ChatGpt,
-        ImportFrom::Claude => Source::Claude,
-        ImportFrom::Openwebui => Source::OpenWebUi,
-        ImportFrom::Llm => Source::Llm,
+        ImportFrom::Auto => None,
+        ImportFrom::Brain => Some(Source::Brain),
+        ImportFrom::Chatgpt => Some(Source::ChatGpt),
+        ImportFrom::Claude => Some(Source::Claude),
+        ImportFrom::Openwebui => Some(Source::OpenWebUi),
+        ImportFrom::Llm => Some(Source::Llm),
     }
 }
 
-/// This project's JSONL, as before: every session or nothing.
-fn brain(
-    store: &Store,
-    mut reader: impl std::io::BufRead,
+/// How long the server may take to begin its answer once the file is sent: it reads the
+/// file before it answers (a progress line, or the report).
+const SERVER_IMPORT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Sends the file to the server at `url` and prints its report.
+pub fn on_server(
+    url: &str,
+    file: &Path,
+    from: ImportFrom,
+    token: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let sessions = transfer::read_jsonl(&mut reader)?;
-    let done = transfer::import(store, &sessions)?;
-    writeln!(
-        out,
-        "imported {} ({}): {} created, {} extended, {} unchanged",
-        count(sessions.len() as u64, "session"),
-        count(done.events as u64, "event"),
-        done.created,
-        done.extended,
-        done.unchanged
-    )?;
-    Ok(())
+    if file.as_os_str() == "-" {
+        return Err(CliError::ImportFailed(format!(
+            "the brain server at {url} holds the database: give the file's path (it is \
+             sent to the server), not standard input"
+        )));
+    }
+    let input = std::fs::File::open(file).map_err(|source| CliError::Input {
+        path: file.to_owned(),
+        source,
+    })?;
+    let size = input.metadata().map(|m| m.len()).ok();
+    let failed = |e: &dyn std::fmt::Display| {
+        CliError::Serve(format!(
+            "the brain server at {url} holds the database, but: {e}"
+        ))
+    };
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_recv_response(Some(SERVER_IMPORT_TIMEOUT))
+        .build()
+        .new_agent();
+    let mut address = format!("{}/v1/import", url.trim_end_matches('/'));
+    if let Some(s) = source_of(from) {
+        address.push_str(&format!("?from={}", s.name()));
+    }
+    let mut request = agent
+        .post(&address)
+        .header("Content-Type", "application/octet-stream")
+        .header("Accept", "application/x-ndjson");
+    if let Some(n) = size {
+        // The server needs the length up front: it refuses more than its limit unread.
+        request = request.header("Content-Length", &n.to_string());
+    }
+    if let Some(t) = token {
+        request = request.header("Authorization", &format!("Bearer {t}"));
+    }
+    let bar = progress(size);
+    let sent = Sent {
+        inner: input,
+        bar: bar.clone(),
+    };
+    let resp = request
+        .send(ureq::SendBody::from_owned_reader(sent))
+        .map_err(|e| failed(&e))?;
+    let status = resp.status().as_u16();
+    let last = last_line(resp, &bar).map_err(|e| failed(&e))?;
+    bar.finish_and_clear();
+    match last.get("report") {
+        Some(report) if status == 200 => write_report(out, report),
+        _ => {
+            let why = last["message"]
+                .as_str()
+                .unwrap_or("it answered nothing readable");
+            Err(CliError::ImportFailed(format!(
+                "the server at {url}: {}",
+                printable(why)
+            )))
+        }
+    }
 }
 
-/// A bar of bytes read when the size is known and standard error is a terminal; nothing
+/// The answer's last JSON line (the report, or an error; a plain answer is one line),
+/// showing the progress lines before it on the bar.
+fn last_line(
+    resp: ureq::http::Response<ureq::Body>,
+    bar: &indicatif::ProgressBar,
+) -> std::io::Result<Value> {
+    let mut last = Value::Null;
+    for line in BufReader::new(resp.into_body().into_reader()).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(&line?) else {
+            continue;
+        };
+        match v.get("progress") {
+            Some(p) => bar.set_message(count(
+                p["conversations"].as_u64().unwrap_or(0),
+                "conversation",
+            )),
+            None => last = v,
+        }
+    }
+    Ok(last)
+}
+
+/// Counts the bytes sent on the progress bar.
+struct Sent {
+    inner: std::fs::File,
+    bar: indicatif::ProgressBar,
+}
+
+impl std::io::Read for Sent {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
+fn show(bar: &indicatif::ProgressBar, p: Progress) {
+    bar.set_position(p.bytes);
+    bar.set_message(count(p.conversations as u64, "conversation"));
+}
+
+/// A bar of bytes when the size is known and standard error is a terminal; nothing
 /// otherwise.
 fn progress(size: Option<u64>) -> indicatif::ProgressBar {
     if !std::io::stderr().is_terminal() {
@@ -163,62 +202,68 @@ fn progress(size: Option<u64>) -> indicatif::ProgressBar {
     bar
 }
 
-/// The report (SPEC §15): sessions created, extended, unchanged and forked; messages;
-/// what was left out; time.
-fn write_report(out: &mut dyn Write, source: Source, r: &Report) -> Result<(), CliError> {
+/// The report (SPEC §15), from its JSON view (`api::views::imported`, what the server
+/// answers too): sessions created, extended, unchanged and forked; messages; what was
+/// left out; time.
+fn write_report(out: &mut dyn Write, r: &Value) -> Result<(), CliError> {
+    let n = |k: &str| r[k].as_u64().unwrap_or(0);
+    let text = |v: &Value| printable(v.as_str().unwrap_or_default()).into_owned();
+    if let Some(what) = r["nothing"].as_str() {
+        writeln!(out, "nothing to import: {}", printable(what))?;
+        return Ok(());
+    }
+    if r["source"] == "brain" {
+        writeln!(
+            out,
+            "imported {} ({}): {} created, {} extended, {} unchanged",
+            count(n("sessions"), "session"),
+            count(n("events"), "event"),
+            n("created"),
+            n("extended"),
+            n("unchanged")
+        )?;
+        return Ok(());
+    }
+    let empty = Vec::new();
+    let forked = r["forked"].as_array().unwrap_or(&empty);
     writeln!(
         out,
         "imported {} from {}: {} created, {} extended, {} unchanged, {} forked; {}",
-        count(r.conversations as u64, "conversation"),
-        source.name(),
-        r.created,
-        r.extended,
-        r.unchanged,
-        r.forked.len(),
-        count(r.messages, "message")
+        count(n("conversations"), "conversation"),
+        text(&r["source"]),
+        n("created"),
+        n("extended"),
+        n("unchanged"),
+        forked.len(),
+        count(n("messages"), "message")
     )?;
-    if !r.skipped.is_empty() {
-        let parts: Vec<String> = r.skipped.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    if let Some(skipped) = r["skipped"].as_object().filter(|s| !s.is_empty()) {
+        let parts: Vec<String> = skipped
+            .iter()
+            .map(|(k, v)| format!("{} {k}", v.as_u64().unwrap_or(0)))
+            .collect();
         writeln!(out, "left out: {}", printable(&parts.join(", ")))?;
     }
-    for f in &r.forked {
+    for f in forked {
         writeln!(
             out,
             "forked: {}{} differs from its earlier import; the new version is session {} \
              (a fork of {} at #{})",
-            printable(&f.conversation),
-            f.title
-                .as_deref()
+            text(&f["conversation"]),
+            f["title"]
+                .as_str()
                 .map(|t| format!(" “{}”", printable(t)))
                 .unwrap_or_default(),
-            f.id,
-            f.from,
-            f.seq
+            text(&f["id"]),
+            text(&f["from"]),
+            f["seq"].as_u64().unwrap_or(0)
         )?;
     }
     writeln!(
         out,
         "took {:.2} s (the database's writer held {:.2} s)",
-        r.elapsed.as_secs_f64(),
-        r.writer_held.as_secs_f64()
+        r["elapsed_s"].as_f64().unwrap_or(0.0),
+        r["writer_held_s"].as_f64().unwrap_or(0.0)
     )?;
     Ok(())
-}
-
-/// Counts the bytes read, for the progress bar.
-struct Counted {
-    inner: Box<dyn Read>,
-    read: Arc<AtomicU64>,
-    skip: u64,
-}
-
-impl Read for Counted {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if self.read.load(Ordering::Relaxed) == 0 {
-            self.read.store(self.skip, Ordering::Relaxed);
-        }
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
 }

@@ -55,8 +55,6 @@ pub enum CliError {
     Serve(String),
     #[error("{0}")]
     Tools(String),
-    #[error("line {0} of the import: {1} (nothing was imported)")]
-    Import(usize, String),
     #[error("{0}")]
     ImportFailed(String),
     #[error("cannot write the output: {0}")]
@@ -119,32 +117,38 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             }
             let db = resolve_db_path(cli.db)?;
             let lock = lock::DbLock::acquire(&db, "sessions");
-            // A compaction goes through the server that holds the database, if one does.
-            if let (
-                SessionsCommand::Compact { id, api_token, .. },
+            // A compaction, an import and a fork go through the server that holds the
+            // database, if one does: it knows which attempt is running, and writes an
+            // import between its own writes.
+            let server = match &lock {
                 Err(lock::LockError::Held {
                     holder: lock::Holder { url: Some(url), .. },
                     ..
-                }),
-            ) = (&cmd, &lock)
-            {
-                return sessions::compact_on_server(url, id, api_token.as_deref(), out);
-            }
-            // So does a fork: the server knows which attempt is running.
-            if let (
-                SessionsCommand::Fork {
-                    id,
-                    at,
-                    api_token,
-                    json,
-                },
-                Err(lock::LockError::Held {
-                    holder: lock::Holder { url: Some(url), .. },
-                    ..
-                }),
-            ) = (&cmd, &lock)
-            {
-                return fork::on_server(url, id, *at, api_token.as_deref(), *json, out);
+                }) => Some(url.as_str()),
+                _ => None,
+            };
+            match (&cmd, server) {
+                (SessionsCommand::Compact { id, api_token, .. }, Some(url)) => {
+                    return sessions::compact_on_server(url, id, api_token.as_deref(), out);
+                }
+                (
+                    SessionsCommand::Import {
+                        file,
+                        from,
+                        api_token,
+                    },
+                    Some(url),
+                ) => return import::on_server(url, file, *from, api_token.as_deref(), out),
+                (
+                    SessionsCommand::Fork {
+                        id,
+                        at,
+                        api_token,
+                        json,
+                    },
+                    Some(url),
+                ) => return fork::on_server(url, id, *at, api_token.as_deref(), *json, out),
+                _ => {}
             }
             let _lock = lock.map_err(|e| {
                 CliError::Locked(

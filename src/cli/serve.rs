@@ -131,6 +131,7 @@ fn api_config(args: &ServeArgs) -> ApiConfig {
         token: args.api_token.clone().filter(|t| !t.trim().is_empty()),
         allowed_hosts: args.allowed_hosts.clone(),
         max_body_bytes: args.max_body_bytes as usize,
+        max_import_bytes: args.max_import_bytes,
         request_timeout: Duration::from_secs(args.request_timeout),
         idle_timeout: api::KEEP_ALIVE_IDLE_TIMEOUT,
         max_connections: args.max_connections as usize,

@@ -9,6 +9,8 @@
 //! part of the conversation.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::convert::{self, Converted};
@@ -66,58 +68,121 @@ pub enum ImportError {
     Read(#[from] ReadError),
     #[error("{0} (nothing was imported)")]
     Store(#[from] StoreError),
+    /// Asked to stop (the server is shutting down): rolled back so the writer is free.
+    #[error("the import was stopped: the server is shutting down (nothing was imported)")]
+    Stopped,
+}
+
+/// How many conversations are read and converted ahead of the writer.
+const READ_AHEAD: usize = 8;
+
+/// What the reading thread hands the writer.
+enum Fetched {
+    One(Result<(Conversation, Converted), ImportError>),
+    /// The reader is done: without it, a reader that died would look like the end.
+    End,
 }
 
 /// Imports every conversation the reader yields, all or nothing: the first unreadable one
 /// rolls everything back. `progress` is told how many conversations are done. Readers plug
-/// in here with one line each.
+/// in here with one line each. The file is read and converted on a thread of its own, a
+/// few conversations ahead, so the database's writer is held for the writing only (I10:
+/// the server's other writes wait for this one transaction).
 pub fn import_conversations(
     store: &Store,
-    conversations: impl Iterator<Item = Result<Conversation, ReadError>>,
+    conversations: impl Iterator<Item = Result<Conversation, ReadError>> + Send,
+    stop: &AtomicBool,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Report, ImportError> {
     let started = Instant::now();
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel(READ_AHEAD);
+        let reader = scope.spawn(move || {
+            for (index, c) in conversations.enumerate() {
+                let one = c.map_err(ImportError::from).and_then(|c| {
+                    let converted = convert::convert(index, &c)?;
+                    Ok((c, converted))
+                });
+                let failed = one.is_err();
+                // The writer gone (it failed) or this one unreadable: no need to read on.
+                if tx.send(Fetched::One(one)).is_err() || failed {
+                    return;
+                }
+            }
+            let _ = tx.send(Fetched::End);
+        });
+        let written = write_all(store, rx, stop, progress);
+        // Joined here, so a panic in a reader is this import's failure, not the caller's.
+        if reader.join().is_err() {
+            log::error!("an import's reader panicked");
+        }
+        let mut report = written?;
+        report.elapsed = started.elapsed();
+        Ok(report)
+    })
+}
+
+/// The writer's side: each conversation the reading thread sends, in one transaction.
+fn write_all(
+    store: &Store,
+    rx: mpsc::Receiver<Fetched>,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Report, ImportError> {
     let mut report = Report::default();
     let mut failed: Option<ImportError> = None;
     let mut held_from = None;
     let written = store.write_once(|w| {
         held_from = Some(Instant::now());
-        for (index, c) in conversations.enumerate() {
-            let c = match c {
-                Ok(c) => c,
-                Err(e) => {
-                    failed = Some(e.into());
+        let mut index = 0;
+        loop {
+            let (c, new) = match rx.recv() {
+                Ok(Fetched::One(Ok(pair))) => pair,
+                Ok(Fetched::End) => return Ok(()),
+                Ok(Fetched::One(Err(e))) => {
+                    failed = Some(e);
+                    return Err(StoreError::Refused("an unreadable conversation"));
+                }
+                Err(_) => {
+                    failed = Some(ImportError::Read(ReadError {
+                        index,
+                        id: None,
+                        reason: "the file's reader stopped before the end".into(),
+                    }));
                     return Err(StoreError::Refused("an unreadable conversation"));
                 }
             };
-            if let Err(e) = one(w, index, &c, &mut report) {
-                let aborts = e.to_string();
+            // Checked between conversations: a shutdown's own writes wait for this one.
+            if stop.load(Ordering::Acquire) {
+                failed = Some(ImportError::Stopped);
+                return Err(StoreError::Refused("an import told to stop"));
+            }
+            if let Err(e) = one(w, index, &c, &new, &mut report) {
+                log::debug!("import rolled back: {e}");
                 failed = Some(e);
-                log::debug!("import rolled back: {aborts}");
                 return Err(StoreError::Refused("an unreadable conversation"));
             }
+            index += 1;
             report.conversations += 1;
             progress(report.conversations);
         }
-        Ok(())
     });
     report.writer_held = held_from.map(|t| t.elapsed()).unwrap_or_default();
     if let Some(e) = failed {
         return Err(e);
     }
     written?;
-    report.elapsed = started.elapsed();
     Ok(report)
 }
 
-/// One conversation: converted, compared, written.
+/// One conversation, converted: compared, written.
 fn one(
     w: &mut Writer<'_>,
     index: usize,
     c: &Conversation,
+    new: &Converted,
     report: &mut Report,
 ) -> Result<(), ImportError> {
-    let new = convert::convert(index, c)?;
     for (k, n) in &new.skipped {
         *report.skipped.entry(k.clone()).or_default() += n;
     }
@@ -128,7 +193,7 @@ fn one(
             reason: e.to_string(),
         })
     };
-    match reconcile(w, &new).map_err(named)? {
+    match reconcile(w, new).map_err(named)? {
         Outcome::Created => {
             report.created += 1;
             report.messages += new.messages;

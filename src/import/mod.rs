@@ -106,10 +106,13 @@ fn count_skipped(skipped: &mut Vec<(String, u64)>, kind: &str, n: u64) {
 }
 
 pub mod apply;
+pub mod archive;
+pub mod brain;
 pub mod chatgpt;
 pub mod claude;
 pub mod convert;
 pub mod detect;
+pub mod file;
 pub mod llm;
 pub mod openwebui;
 pub mod stream;

@@ -88,7 +88,13 @@ impl<R: BufRead> Iterator for ArrayStream<R> {
                 self.input.consume(1);
             }
             (State::Next, Some(_)) => return self.fail("expected `,` or `]` after an element"),
-            (_, None) => return self.fail("the file ends inside the array (truncated?)"),
+            (_, None) => {
+                let whole = self.index;
+                return self.fail(format!(
+                    "the file is truncated (it ends before the array's closing `]`; whole \
+                     conversations before the cut: {whole})"
+                ));
+            }
             (State::First, Some(_)) => {}
         }
         self.state = State::Next;
@@ -100,7 +106,13 @@ impl<R: BufRead> Iterator for ArrayStream<R> {
                 Some(Ok((index, Value::Object(o))))
             }
             Ok(_) => self.fail("it is not a JSON object"),
-            Err(e) if e.is_eof() => self.fail("the file ends inside it (truncated?)"),
+            Err(e) if e.is_eof() => {
+                let whole = self.index;
+                self.fail(format!(
+                    "the file is truncated (it ends in the middle of this conversation; whole \
+                     conversations before the cut: {whole})"
+                ))
+            }
             Err(e) => self.fail(format!("it is not valid JSON: {e}")),
         }
     }
@@ -136,10 +148,14 @@ mod tests {
     fn broken_arrays_say_where() {
         let last = |t: &str| read(t).pop().and_then(Result::err).unwrap_or_default();
         assert!(last("{}").contains("not a JSON array"));
-        assert!(last("[{}, {\"a\":").contains("conversation 1: the file ends inside it"));
+        assert_eq!(
+            last("[{}, {\"a\":"),
+            "conversation 1: the file is truncated (it ends in the middle of this \
+             conversation; whole conversations before the cut: 1)"
+        );
         assert!(last("[{} {}]").contains("expected `,`"));
         assert!(last("[{}, 3]").contains("not a JSON object"));
-        assert!(last("[{}").contains("truncated"));
+        assert!(last("[{}").ends_with("before the cut: 1)"));
         assert!(last("[{}] x").contains("more after"));
     }
 }

@@ -239,6 +239,12 @@ fn a_real_logs_db_imports_once_grows_and_a_damaged_one_imports_nothing() {
     assert!(piped.contains("give its path"), "{piped}");
 }
 
+/// llm's tables before 0.32, from their documented columns.
+pub const LEGACY_SCHEMA: &str = "
+    CREATE TABLE conversations (id TEXT PRIMARY KEY, name TEXT, model TEXT);
+    CREATE TABLE responses (id TEXT PRIMARY KEY, model TEXT, prompt TEXT, system TEXT,
+      response TEXT, conversation_id TEXT, datetime_utc TEXT);";
+
 /// The schema before 0.32, built from its documented columns (`conversations`: `id`,
 /// `name`, `model`; `responses`: `prompt`, `system`, `response`, `model`,
 /// `conversation_id`, `datetime_utc`), through the binary.
@@ -247,11 +253,9 @@ fn a_legacy_logs_db_imports_each_conversation_as_a_line() {
     let db = TempDb::new();
     let path = db.dir.path().join("logs.db");
     let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(LEGACY_SCHEMA).unwrap();
     conn.execute_batch(
         r#"
-        CREATE TABLE conversations (id TEXT PRIMARY KEY, name TEXT, model TEXT);
-        CREATE TABLE responses (id TEXT PRIMARY KEY, model TEXT, prompt TEXT, system TEXT,
-          response TEXT, conversation_id TEXT, datetime_utc TEXT);
         INSERT INTO conversations VALUES ('01hx', 'Bread ü', 'gpt-4o-mini');
         INSERT INTO responses VALUES
           ('r1', 'gpt-4o-mini', 'How long to proof?', 'You bake.', 'About an hour.', '01hx',

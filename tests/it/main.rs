@@ -20,6 +20,7 @@ mod edit_cli;
 mod edit_store;
 mod engine;
 mod import;
+mod import_api;
 mod import_llm;
 mod import_openwebui;
 mod ledger;

@@ -47,7 +47,7 @@ pub fn run(
             output,
             force,
         } => export(store, id, format, output.as_deref(), force, out),
-        SessionsCommand::Import { file, from } => super::import::run(store, &file, from, out),
+        SessionsCommand::Import { file, from, .. } => super::import::run(store, &file, from, out),
         SessionsCommand::List {
             query,
             archived,
