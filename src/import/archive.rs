@@ -4,7 +4,7 @@
 //! than a full disk or memory. Nothing is ever written out, so the entries' names (`..`,
 //! absolute paths) matter only as text: they are shown escaped.
 
-use std::io::{Read, Seek};
+use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,6 +33,11 @@ pub enum ArchiveError {
     #[error("conversations.json in the zip cannot be read: {0}")]
     Entry(String),
     #[error(
+        "the zip's directory lists {listed} entries but only {distinct} different names: a \
+         name appears twice, so which file is meant is unclear (nothing was imported)"
+    )]
+    Duplicates { listed: u64, distinct: u64 },
+    #[error(
         "conversations.json in the zip is over {limit} bytes uncompressed (the import limit, \
          --max-import-bytes)"
     )]
@@ -56,8 +61,19 @@ pub fn with_conversations<R: Read + Seek + Send, T>(
     limit: u64,
     f: impl FnOnce(Entry<'_>) -> T,
 ) -> Result<T, ArchiveError> {
+    let mut input = input;
+    let listed = listed_entries(&mut input).map_err(|e| ArchiveError::Unreadable(e.to_string()))?;
+    input
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| ArchiveError::Unreadable(e.to_string()))?;
     let mut zip =
         zip::ZipArchive::new(input).map_err(|e| ArchiveError::Unreadable(e.to_string()))?;
+    // The zip crate keeps one entry per name (the later one): a second `conversations.json`
+    // would be read in place of the one a person unzipping it sees first.
+    let distinct = zip.len() as u64;
+    if let Some(listed) = listed.filter(|&n| n != distinct) {
+        return Err(ArchiveError::Duplicates { listed, distinct });
+    }
     let names: Vec<String> = zip.file_names().map(str::to_owned).collect();
     let Some(name) = pick(&names) else {
         return Err(ArchiveError::NoConversations(listing(&names)));
@@ -80,6 +96,41 @@ pub fn with_conversations<R: Read + Seek + Send, T>(
         size,
         over,
     }))
+}
+
+/// The end-of-central-directory record's signature, and its size without the comment.
+const EOCD: &[u8] = b"PK\x05\x06";
+const EOCD_LEN: usize = 22;
+const ZIP64_EOCD: &[u8] = b"PK\x06\x06";
+
+/// How many entries the zip's own directory lists (its end record, or the zip64 one when
+/// the end record says 0xFFFF); `None` when no end record is found (the zip reader then
+/// says what is wrong).
+fn listed_entries<R: Read + Seek>(input: &mut R) -> std::io::Result<Option<u64>> {
+    let len = input.seek(SeekFrom::End(0))?;
+    let tail_len = len.min((EOCD_LEN + u16::MAX as usize) as u64);
+    input.seek(SeekFrom::Start(len - tail_len))?;
+    let mut tail = Vec::new();
+    input.take(tail_len).read_to_end(&mut tail)?;
+    Ok(entries_in_tail(&tail))
+}
+
+/// The entry count of the last end record in `tail` whose comment runs exactly to the end.
+fn entries_in_tail(tail: &[u8]) -> Option<u64> {
+    let at = (0..=tail.len().checked_sub(EOCD_LEN)?).rev().find(|&i| {
+        tail[i..].starts_with(EOCD) && {
+            let comment = u16::from_le_bytes([tail[i + 20], tail[i + 21]]) as usize;
+            i + EOCD_LEN + comment == tail.len()
+        }
+    })?;
+    let count = u16::from_le_bytes([tail[at + 10], tail[at + 11]]);
+    if count != u16::MAX {
+        return Some(u64::from(count));
+    }
+    // Zip64: the count is a u64 at offset 32 of the zip64 end record, before the locator.
+    let z = tail[..at].windows(4).rposition(|w| w == ZIP64_EOCD)?;
+    let bytes: [u8; 8] = tail.get(z + 32..z + 40)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
 }
 
 /// The `conversations.json` to read: the one nearest the top (fewest folders), the first
@@ -171,6 +222,42 @@ mod tests {
         ]);
         assert!(is_zip(&zip));
         assert_eq!(read(zip, 100), Ok(Ok(b"[]".to_vec())));
+    }
+
+    #[test]
+    fn a_name_listed_twice_is_refused_rather_than_one_picked() {
+        // The writer refuses a duplicate name: one is renamed in the bytes afterwards.
+        let mut zip = zip_of(&[
+            ("conversations.json", b"[1]"),
+            ("conversationX.json", b"[]"),
+        ]);
+        let (from, to) = (b"conversationX.json", b"conversations.json");
+        while let Some(i) = zip.windows(from.len()).position(|w| w == from) {
+            zip[i..i + to.len()].copy_from_slice(to);
+        }
+        let err = read(zip, 100).unwrap_err();
+        assert_eq!(
+            err,
+            ArchiveError::Duplicates {
+                listed: 2,
+                distinct: 1
+            }
+        );
+        assert!(err.to_string().contains("appears twice"), "{err}");
+    }
+
+    #[test]
+    fn the_directorys_count_is_read_past_a_comment_and_absent_when_cut() {
+        let mut zip = zip_of(&[("a", b"1"), ("b", b"2"), ("c", b"3")]);
+        assert_eq!(entries_in_tail(&zip), Some(3));
+        // A comment after the record: its length says where the record ends.
+        let n = zip.len();
+        zip[n - 2..].copy_from_slice(&5u16.to_le_bytes());
+        zip.extend_from_slice(b"PK\x05\x06");
+        zip.push(b'!');
+        assert_eq!(entries_in_tail(&zip), Some(3));
+        assert_eq!(entries_in_tail(&zip[..n - 4]), None);
+        assert_eq!(entries_in_tail(b"PK"), None);
     }
 
     #[test]

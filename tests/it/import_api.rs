@@ -219,6 +219,19 @@ fn hostile_zips_get_clear_errors() {
             .unwrap()
             .contains("cannot tell which tool")
     );
+    // Two entries named conversations.json (the writer refuses one: renamed in the bytes):
+    // refused, rather than the later one read in place of the one a person sees first.
+    let mut zip = zip_of(&[("conversations.json", b"[]"), ("conversationX.json", b"[]")]);
+    let from = b"conversationX.json";
+    while let Some(i) = zip.windows(from.len()).position(|w| w == from) {
+        zip[i..i + from.len()].copy_from_slice(b"conversations.json");
+    }
+    let (status, body) = s.json("", &zip);
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("appears twice"),
+        "{body}"
+    );
     // Bytes that only begin like a zip.
     let (status, body) = s.json("", b"PK\x03\x04 and then nothing of a zip");
     assert_eq!(status, 422, "{body}");
