@@ -32,8 +32,9 @@ pub(super) struct EarlierStep {
 pub(super) struct Split {
     pub earlier: Vec<EarlierStep>,
     /// Where the item of an attempt without an `assistant_turn` (interrupted, running)
-    /// goes: the first checkpoint of its last part.
-    pub last_first_seq: u64,
+    /// goes: the first checkpoint of its last part. `None` for a completed attempt, whose
+    /// item is its `assistant_turn`.
+    pub last_first_seq: Option<u64>,
     /// What the attempt's own item shows.
     pub last: StepText,
 }
@@ -58,9 +59,11 @@ pub(super) fn split(cps: &[(u64, &PendingState)], answer: Option<&AssistantTurn>
             let text = a.text.strip_prefix(said.as_str())?;
             let reasoning = a.reasoning.as_deref().unwrap_or("");
             let reasoning = reasoning.strip_prefix(thought.as_str())?;
-            let first = earlier.first()?;
+            if earlier.is_empty() {
+                return None;
+            }
             Some(Split {
-                last_first_seq: first.first_seq,
+                last_first_seq: None,
                 earlier: earlier.iter().map(|g| earlier_step(g)).collect(),
                 last: shown(text, reasoning),
             })
@@ -72,7 +75,7 @@ pub(super) fn split(cps: &[(u64, &PendingState)], answer: Option<&AssistantTurn>
             }
             Some(Split {
                 earlier: earlier.iter().map(earlier_step).collect(),
-                last_first_seq: last.first_seq,
+                last_first_seq: Some(last.first_seq),
                 last: shown(&last.text, &last.reasoning),
             })
         }
@@ -198,7 +201,7 @@ mod tests {
             cp(Some(2), " way"),
         );
         let s = split(&[(3, &a), (6, &b), (7, &c)], None).unwrap();
-        assert_eq!(s.last_first_seq, 6);
+        assert_eq!(s.last_first_seq, Some(6));
         assert_eq!(s.last.text, "half way");
         assert_eq!(s.earlier[0].shown.text, "look");
     }
@@ -212,7 +215,7 @@ mod tests {
             message: String::new(),
         });
         let s = split(&[(3, &a), (6, &end)], None).unwrap();
-        assert_eq!((s.earlier[0].first_seq, s.last_first_seq), (3, 6));
+        assert_eq!((s.earlier[0].first_seq, s.last_first_seq), (3, Some(6)));
         assert_eq!(s.last.text, "");
     }
 }

@@ -255,7 +255,9 @@ fn checkpoint_item(seq: u64, c: &PendingState, attempts: &Attempts) -> Option<It
         .get(&key)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let first = split.map(|s| s.last_first_seq).or(cps.first().map(|c| c.0));
+    let first = split
+        .and_then(|s| s.last_first_seq)
+        .or(cps.first().map(|c| c.0));
     if first != Some(seq) {
         return None;
     }
